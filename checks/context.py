@@ -1,0 +1,54 @@
+"""What every check sees: the launch, the target interpreter, the directory, the environment,
+and the facts gathered about the node (lazily, once, shared by all checks)."""
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from checks.launch import Launch
+
+
+@dataclass
+class CheckContext:
+    cwd: Path
+    python: str
+    env: dict[str, str]  # the environment training will see: ours, plus the script's exports
+    launch: Launch | None = None
+    nodes: int | None = None  # --nodes; else trainer.nnodes from the launch
+    deep: bool = False
+    timeout: float = 20.0
+    options: dict[str, Any] = field(default_factory=dict)  # per-command extras (device memory, ...)
+    facts: dict[str, Any] | None = None  # given for a remote node; else gathered on first use
+    node: str | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def local(cls, cwd: str | os.PathLike | None = None, python: str | None = None,
+              launch: Launch | None = None, **kw) -> "CheckContext":
+        env = dict(os.environ)
+        if launch is not None:
+            env.update(launch.env)
+        base = Path(cwd or os.getcwd()).resolve()
+        if launch is not None and launch.cwd is not None:
+            base = launch.cwd
+        python = python or (launch.python if launch and launch.python else None) or "python3"
+        resolved = shutil.which(python, path=env.get("PATH")) or python
+        return cls(cwd=base, python=resolved, env=env, launch=launch, **kw)
+
+    @property
+    def multi_node(self) -> bool:
+        n = self.nodes if self.nodes is not None else (self.launch.nnodes if self.launch else 1)
+        return n > 1
+
+    def get_facts(self) -> dict[str, Any]:
+        """Everything known about the node, gathered once (the target-interpreter probe included)."""
+        with self._lock:
+            if self.facts is None:
+                from checks.facts import gather_facts
+
+                self.facts = gather_facts(self)
+            return self.facts

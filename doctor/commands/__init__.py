@@ -1,0 +1,1 @@
+"""One module per `doctor` subcommand; each exposes a click command named `command`."""

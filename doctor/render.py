@@ -1,0 +1,129 @@
+"""Render check results: human (flutter-doctor style), JSON (doctor.check/v1), JUnit, GitHub."""
+from __future__ import annotations
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+from collections import OrderedDict
+
+from checks.model import CATEGORIES, Finding, overall_status
+from checks.registry import CheckResult, flatten
+
+CHECK_SCHEMA = "doctor.check/v1"
+MARKS = {"pass": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red"), "skip": ("-", "dim")}
+
+
+def check_document(results: list[CheckResult], strict: bool = False) -> dict:
+    findings = flatten(results)
+    return {
+        "schema": CHECK_SCHEMA,
+        "status": overall_status(findings, strict),
+        "findings": [f.to_dict() for f in findings],
+    }
+
+
+def to_json(results: list[CheckResult], strict: bool = False) -> str:
+    return json.dumps(check_document(results, strict), indent=2, default=str)
+
+
+def _worst(findings: list[Finding]) -> str:
+    return max(findings, key=lambda f: f.severity).status if findings else "pass"
+
+
+def to_human(results: list[CheckResult], verbose: bool = False, strict: bool = False,
+             file=None) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(file=file or sys.stdout, highlight=False, soft_wrap=True)
+    by_cat: "OrderedDict[str, list[Finding]]" = OrderedDict((c, []) for c in CATEGORIES)
+    for f in flatten(results):
+        by_cat[f.category].append(f)
+    console.print("Doctor summary (details: doctor check -v):")
+    problems = 0
+    for cat, fs in by_cat.items():
+        if not fs:
+            continue
+        worst = _worst(fs)
+        mark, colour = MARKS[worst]
+        bad = [f for f in fs if f.status in ("fail", "warn")]
+        note = f" - {len(bad)} problem{'s' * (len(bad) != 1)}" if bad else ""
+        console.print(f"[{colour}][{mark}][/{colour}] {cat}{note}")
+        problems += bool(bad)
+        for f in fs:
+            if f.status in ("fail", "warn") or verbose:
+                m, c = MARKS[f.status]
+                node = f" [dim]({escape(f.node)})[/dim]" if f.node else ""
+                console.print(f"    [{c}]{m}[/{c}] {escape(f.title)}{node} [dim]{f.id}[/dim]")
+                if f.message:
+                    for line in f.message.splitlines():
+                        console.print(f"      {escape(line)}")
+                if f.fix and f.status in ("fail", "warn"):
+                    for i, line in enumerate(f.fix.splitlines()):
+                        console.print(f"      {'[bold]fix:[/bold] ' if i == 0 else '           '}{escape(line)}")
+                if verbose and f.evidence:
+                    for k, v in f.evidence.items():
+                        console.print(f"      [dim]{escape(str(k))}: {escape(json.dumps(v, default=str))}[/dim]")
+    status = overall_status(flatten(results), strict)
+    if problems:
+        console.print(f"\n[{'red' if status == 'fail' else 'yellow'}]Doctor found issues in "
+                      f"{problems} categor{'ies' if problems != 1 else 'y'}.[/]")
+    else:
+        console.print("\n[green]No issues found![/green]")
+
+
+def to_junit(results: list[CheckResult]) -> str:
+    """One testcase per check; fail -> <failure>, warn -> <system-out> note, skip -> <skipped>."""
+    suite = ET.Element("testsuite", name="doctor.check")
+    n_fail = n_skip = 0
+    total = 0.0
+    for r in results:
+        total += r.seconds
+        case = ET.SubElement(suite, "testcase", classname=f"doctor.{r.check.category}",
+                             name=r.check.id, time=f"{r.seconds:.4f}")
+        fails = [f for f in r.findings if f.status == "fail"]
+        if fails:
+            n_fail += 1
+            el = ET.SubElement(case, "failure", message="; ".join(f.title for f in fails),
+                               type=fails[0].id)
+            el.text = "\n\n".join(_plain(f) for f in fails)
+        elif all(f.status == "skip" for f in r.findings):
+            n_skip += 1
+            ET.SubElement(case, "skipped", message=r.findings[0].message if r.findings else "")
+        warns = [f for f in r.findings if f.status == "warn"]
+        if warns:
+            ET.SubElement(case, "system-out").text = "\n\n".join(_plain(f) for f in warns)
+    suite.set("tests", str(len(results)))
+    suite.set("failures", str(n_fail))
+    suite.set("errors", "0")
+    suite.set("skipped", str(n_skip))
+    suite.set("time", f"{total:.4f}")
+    root = ET.Element("testsuites")
+    root.append(suite)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True)
+
+
+def _plain(f: Finding) -> str:
+    lines = [f"[{f.status}] {f.title} ({f.id})" + (f" on {f.node}" if f.node else "")]
+    if f.message:
+        lines.append(f.message)
+    if f.fix:
+        lines.append(f"fix: {f.fix}")
+    return "\n".join(lines)
+
+
+def _gh_escape(s: str) -> str:
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def to_github(results: list[CheckResult]) -> str:
+    """GitHub workflow commands: ::error / ::warning, one per problem."""
+    out = []
+    for f in flatten(results):
+        if f.status not in ("fail", "warn"):
+            continue
+        level = "error" if f.status == "fail" else "warning"
+        title = _gh_escape(f"{f.id}: {f.title}").replace(",", "%2C").replace("::", "%3A%3A")
+        body = f.message + (f"\nfix: {f.fix}" if f.fix else "")
+        out.append(f"::{level} title={title}::{_gh_escape(body or f.title)}")
+    return "\n".join(out)

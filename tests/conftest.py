@@ -1,0 +1,27 @@
+"""Shared test helpers. Tests build real situations; helpers here only lay them out."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+
+
+def run_doctor(*args: str, cwd: str | os.PathLike | None = None, env: dict | None = None,
+               input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess, as a user would."""
+    full_env = dict(os.environ)
+    if env is not None:
+        full_env.update(env)
+    return subprocess.run([sys.executable, "-m", "doctor", *args], cwd=cwd or ROOT, env=full_env,
+                          input=input, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def doctor():
+    return run_doctor
