@@ -1,0 +1,465 @@
+"""`doctor explain`: name the root cause of a failed run from its log.
+
+How a log is read (constant memory, any size):
+  1. The log is streamed in large blocks (plain, gzip or stdin). One RE2 regex, the alternation of
+     every catalog pattern, scans each whole block; RE2 runs it as a DFA, in linear time, so the
+     many thousands of ordinary lines cost one pass and no Python per line.
+  2. Only a line where that prefilter matched is decoded and cleaned (ANSI colours, Ray's
+     `(WorkerDict pid=..., ip=...)` prefix, CR, invalid UTF-8), then an `re2.Set` of the original
+     patterns says exactly which patterns hit. Each pattern keeps its first and last hits only.
+  3. At the end each rule's `near` / `requires` conditions are checked and the hits are ranked:
+     real causes before consequences, the earliest incident first, the most specific rule first
+     within an incident (see knowledge/rules/README.md).
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import re
+import sys
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterable
+
+import re2
+
+from knowledge.catalog import Rule, catalog
+
+SCHEMA = "doctor.explain/v1"
+BLOCK_BYTES = 8 << 20          # read size: big enough that per-block overhead vanishes
+MAX_LINE_BYTES = 64 << 10      # a longer line is matched in a window around the hit
+MAX_CARRY_BYTES = 16 << 20     # a "line" longer than this (binary junk) is split, not buffered
+KEEP_HITS = 64                 # first and last hits kept per pattern: bounded memory
+SHOW_LINES = 4                 # evidence lines per finding
+MAX_TEXT = 400                 # characters of an evidence line we print
+INCIDENT_GAP = 50              # hits closer than this many lines belong to one incident
+FALLBACK_KEEP = 12             # unexplained error lines kept (the last ones)
+
+# Lines shown when no rule matched: where a human would look first.
+FALLBACK_PATTERNS = (
+    r"Traceback \(most recent call last\)",
+    r"\b[A-Z]\w*(?:Error|Exception)\b: ",
+    r"\b(?:FATAL|Fatal Python error|Segmentation fault|core dumped)\b",
+    r"\bERROR\b",
+)
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+# Ray prefixes: "(WorkerDict pid=123, ip=10.0.0.1)", "(pid=15052)", "(raylet, ip=...)",
+# "(TaskRunner pid=1)", "(autoscaler +3s)"; possibly repeated when lines are nested.
+_RAY_PREFIX = re.compile(
+    r"^\((?:(?P<name>[A-Za-z_][\w.:\-]*)(?: pid=(?P<pid>\d+)| \+[\d.]+[smh])?|pid=(?P<pid2>\d+))"
+    r"(?:, ip=(?P<ip>[0-9A-Fa-f.:]+))?\) ?")
+_RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+class LogReadError(OSError):
+    """The log could not be read at all (missing, a directory, unreadable)."""
+
+
+@dataclass
+class Line:
+    n: int                     # 1-based line number in its file
+    text: str                  # the cleaned message (prefix stripped, capped)
+    node: str | None = None    # Ray node ip, when the prefix names one
+    process: str | None = None # Ray process, e.g. "WorkerDict pid=123"
+    file: str | None = None
+
+    def to_dict(self) -> dict:
+        out = {"n": self.n, "text": _redact(self.text), "node": self.node}
+        if self.process:
+            out["process"] = self.process
+        if self.file:
+            out["file"] = self.file
+        return out
+
+
+@dataclass
+class Explanation:
+    rule: str
+    category: str
+    title: str
+    cause: str
+    fix: str
+    confidence: float
+    phase: str | None
+    lines: list[Line]
+    references: list[str] = field(default_factory=list)
+    hits: int = 0               # how many lines matched in all
+    consequence: bool = False
+    specificity: int = 1
+    subsumed_by: str | None = None  # a higher-ranked finding that claims the same line
+
+    def to_dict(self) -> dict:
+        return {"rule": self.rule, "category": self.category, "title": self.title,
+                "cause": self.cause, "fix": self.fix, "confidence": self.confidence,
+                "phase": self.phase, "consequence": self.consequence, "hits": self.hits,
+                "references": list(self.references),
+                "lines": [ln.to_dict() for ln in self.lines]}
+
+
+@dataclass
+class Report:
+    """The verdict on one or more logs: ranked findings, or the lines to look at first."""
+    sources: list[str]
+    findings: list[Explanation]
+    fallback: list[Line]
+    bytes_read: int = 0
+    lines_read: int = 0
+    truncated: bool = False    # a gzip stream ended early: we explained what was there
+
+    def to_dict(self) -> dict:
+        out = {"schema": SCHEMA, "source": ", ".join(self.sources),
+               "findings": [f.to_dict() for f in self.findings]}
+        if not self.findings:
+            out["look_at"] = [ln.to_dict() for ln in self.fallback]
+        out["stats"] = {"bytes": self.bytes_read, "lines": self.lines_read,
+                        "truncated": self.truncated}
+        return out
+
+
+def _redact(text: str) -> str:
+    """Redact secrets once knowledge.redact exists (another module; tolerate its absence)."""
+    try:
+        from knowledge.redact import redact_text
+    except ImportError:
+        return text
+    return redact_text(text)
+
+
+# --------------------------------------------------------------------------------------------
+# The compiled catalog
+
+
+def _block_form(pattern: str) -> str:
+    """The pattern as the block prefilter runs it: without its leading ^ / trailing $."""
+    if pattern.startswith("^"):
+        pattern = pattern[1:]
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        pattern = pattern[:-1]
+    return pattern
+
+
+class Matcher:
+    """The catalog compiled once: a block prefilter and an exact per-line set."""
+
+    def __init__(self, rules: Iterable[Rule]):
+        self.rules = list(rules)
+        self.patterns: list[str] = []           # unique patterns; index = Set index
+        index: dict[str, int] = {}
+
+        def add(p: str) -> int:
+            if p not in index:
+                index[p] = len(self.patterns)
+                self.patterns.append(p)
+            return index[p]
+
+        self.rule_patterns = [[add(p) for p in r.patterns] for r in self.rules]
+        self.rule_near = [add(r.near.pattern) if r.near else None for r in self.rules]
+        self.rule_requires = [add(r.requires) if r.requires else None for r in self.rules]
+        self.fallback = {add(p) for p in FALLBACK_PATTERNS}
+
+        opts = re2.Options()
+        opts.max_mem = 64 << 20  # room for the DFA of the whole catalog, so RE2 never falls back to NFA
+        self.line_set = re2.Set.SearchSet(opts)
+        for p in self.patterns:
+            self.line_set.Add(p)
+        self.line_set.Compile()
+        alternation = "|".join(f"(?:{_block_form(p)})" for p in self.patterns)
+        self.prefilter = re2.compile(alternation.encode(), opts)
+
+
+_MATCHER: Matcher | None = None
+
+
+def default_matcher() -> Matcher:
+    global _MATCHER
+    if _MATCHER is None:
+        _MATCHER = Matcher(catalog())
+    return _MATCHER
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+
+
+def clean_line(raw: bytes) -> Line:
+    """Decode a raw log line and split off what the machinery around the program added."""
+    text = raw.decode("utf-8", "replace").rstrip("\r\n")
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    node = process = None
+    m = _RAY_PREFIX.match(text)
+    while m:  # nested prefixes: keep the innermost process, the first ip seen
+        name, pid = m.group("name"), m.group("pid") or m.group("pid2")
+        process = f"{name} pid={pid}" if name and pid else (name or f"pid={pid}")
+        node = node or m.group("ip")
+        text = text[m.end():]
+        m = _RAY_PREFIX.match(text)
+    text = _RAY_REPEAT.sub("", text)
+    text = _UNPRINTABLE.sub("?", text)
+    return Line(0, text, node, process)
+
+
+def open_log(path: str) -> tuple[BinaryIO, str]:
+    """A binary stream of the log (gzip detected by its magic bytes), and its display name."""
+    if path == "-":
+        raw = sys.stdin.buffer
+        name = "<stdin>"
+        head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
+    else:
+        name = path
+        try:
+            raw = open(path, "rb")
+        except IsADirectoryError:
+            raise LogReadError(f"{path}: is a directory") from None
+        except FileNotFoundError:
+            raise LogReadError(f"{path}: no such file") from None
+        except OSError as exc:
+            raise LogReadError(f"{path}: {exc.strerror or exc}") from None
+        head = raw.read(2)
+        raw.seek(0)
+    if head == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=raw, mode="rb"), name
+    return raw, name
+
+
+class _Hits:
+    """First and last hits of one pattern, and how many there were."""
+    __slots__ = ("first", "last", "count")
+
+    def __init__(self) -> None:
+        self.first: list[Line] = []
+        self.last: deque[Line] = deque(maxlen=KEEP_HITS)
+        self.count = 0
+
+    def add(self, line: Line) -> None:
+        self.count += 1
+        if len(self.first) < KEEP_HITS:
+            self.first.append(line)
+        else:
+            self.last.append(line)
+
+    def all(self) -> list[Line]:
+        return self.first + list(self.last)
+
+
+class Scan:
+    """Hits of every pattern over one or more streams."""
+
+    def __init__(self, matcher: Matcher):
+        self.m = matcher
+        self.hits: dict[int, _Hits] = {}
+        self.fallback: deque[Line] = deque(maxlen=FALLBACK_KEEP)
+        self.bytes_read = 0
+        self.lines_read = 0
+        self.truncated = False
+
+    def feed_stream(self, stream: BinaryIO, name: str | None = None) -> None:
+        prefilter = self.m.prefilter
+        carry = b""
+        line_base = 0  # newlines before buf[0]
+        while True:
+            try:
+                chunk = stream.read(BLOCK_BYTES)
+            except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+                if not self.bytes_read:
+                    raise LogReadError(f"{name}: not a readable gzip file ({exc})") from None
+                self.truncated, chunk = True, b""
+            self.bytes_read += len(chunk)
+            buf = carry + chunk if carry else chunk
+            if not chunk:
+                end = len(buf)
+            else:
+                end = buf.rfind(b"\n") + 1
+                if end == 0 and len(buf) > MAX_CARRY_BYTES:
+                    end = len(buf)  # one gigantic "line": scan it in pieces
+            counted_pos, counted = 0, line_base
+            pos = 0
+            while pos < end:
+                m = prefilter.search(buf, pos, end)
+                if m is None:
+                    break
+                start = m.start()
+                ls = buf.rfind(b"\n", 0, start) + 1
+                le = buf.find(b"\n", start, end)
+                if le < 0:
+                    le = end
+                counted += buf.count(b"\n", counted_pos, ls)
+                counted_pos = ls
+                self._line(buf, ls, le, start, counted + 1, name)
+                pos = le + 1
+            line_base += buf.count(b"\n", 0, end)
+            carry = buf[end:]
+            if not chunk:
+                if end and buf[end - 1:end] != b"\n":
+                    line_base += 1  # a last line without a newline still counts
+                break
+        self.lines_read += line_base
+
+    def _line(self, buf: bytes, ls: int, le: int, hit: int, n: int, name: str | None) -> None:
+        if le - ls > MAX_LINE_BYTES:  # a very long line: the start (for the prefix) + the hit
+            raw = buf[ls:ls + 256] + b" ... " + buf[max(ls + 256, hit - 4096):hit + 4096]
+        else:
+            raw = buf[ls:le]
+        line = clean_line(raw)
+        matched = self.m.line_set.Match(line.text)
+        if not matched:
+            return
+        line.n, line.file = n, name
+        if len(line.text) > MAX_TEXT:
+            line.text = line.text[:MAX_TEXT] + " ..."
+        fallback_hit = False
+        for idx in matched:
+            if idx in self.m.fallback:
+                fallback_hit = True
+            hits = self.hits.get(idx)
+            if hits is None:
+                hits = self.hits[idx] = _Hits()
+            hits.add(line)
+        if fallback_hit:
+            self.fallback.append(line)
+
+    # ----------------------------------------------------------------------------------------
+    # Verdict
+
+    def findings(self) -> list[Explanation]:
+        found = []
+        for i, rule in enumerate(self.m.rules):
+            exp = self._evaluate(i, rule)
+            if exp is not None:
+                found.append(exp)
+        return rank(found)
+
+    def _evaluate(self, i: int, rule: Rule) -> Explanation | None:
+        req = self.m.rule_requires[i]
+        if req is not None and req not in self.hits:
+            return None
+        primary: dict[tuple, Line] = {}
+        total = 0
+        for idx in self.m.rule_patterns[i]:
+            h = self.hits.get(idx)
+            if h:
+                total += h.count
+                for ln in h.all():
+                    primary[(ln.file, ln.n)] = ln
+        if not primary:
+            return None
+        lines = sorted(primary.values(), key=lambda ln: (ln.file or "", ln.n))
+        context: list[Line] = []
+        near_idx = self.m.rule_near[i]
+        if near_idx is not None:
+            near_hits = self.hits.get(near_idx)
+            if not near_hits:
+                return None
+            within = rule.near.within
+            near_lines = near_hits.all()
+            kept = []
+            for ln in lines:
+                close = [c for c in near_lines
+                         if c.file == ln.file and abs(c.n - ln.n) <= within and c.n != ln.n]
+                if close:
+                    kept.append(ln)
+                    best = min(close, key=lambda c: abs(c.n - ln.n))
+                    if best not in context:
+                        context.append(best)
+            if not kept:
+                return None
+            lines = kept
+        shown = lines[:SHOW_LINES - min(len(context), 2)] + context[:2]
+        shown = sorted({(ln.file, ln.n): ln for ln in shown}.values(),
+                       key=lambda ln: (ln.file or "", ln.n))
+        return Explanation(
+            rule=rule.id, category=rule.category, title=rule.title, cause=rule.cause, fix=rule.fix,
+            confidence=_confidence(rule), phase=rule.phase, lines=shown,
+            references=list(rule.references), hits=total, consequence=rule.consequence,
+            specificity=rule.specificity)
+
+    def report(self, sources: list[str], all: bool = False) -> Report:
+        ranked = self.findings()
+        shown = ranked if all else [f for f in ranked if f.subsumed_by is None]
+        return Report(sources, shown, [] if shown else list(self.fallback), self.bytes_read,
+                      self.lines_read, self.truncated)
+
+
+def _confidence(rule: Rule) -> float:
+    """How sure a match makes us: consequences say little; context (near/requires) adds."""
+    if rule.consequence:
+        return 0.3
+    score = 0.6 + 0.1 * min(rule.specificity, 3)
+    if rule.near or rule.requires:
+        score += 0.05
+    return round(min(score, 0.95), 2)
+
+
+def _anchor(e: Explanation) -> tuple[str, int]:
+    first = e.lines[0]
+    return first.file or "", first.n
+
+
+def rank(found: list[Explanation]) -> list[Explanation]:
+    """Real causes first, earliest incident first, the most specific rule first within it."""
+    real = sorted((e for e in found if not e.consequence), key=_anchor)
+    after = sorted((e for e in found if e.consequence), key=lambda e: (-e.specificity, _anchor(e)))
+    incidents: list[list[Explanation]] = []
+    for e in real:
+        last = incidents[-1][-1] if incidents else None
+        if last and _anchor(last)[0] == _anchor(e)[0] and _anchor(e)[1] - _anchor(last)[1] <= INCIDENT_GAP:
+            incidents[-1].append(e)
+        else:
+            incidents.append([e])
+    ordered = [e for inc in incidents for e in sorted(inc, key=lambda e: (-e.specificity, _anchor(e)))]
+    ordered += after
+    claimed: dict[tuple, str] = {}
+    for e in ordered:  # a lower-ranked rule whose evidence a higher one already explains
+        keys = {(ln.file or "", ln.n) for ln in e.lines}
+        owner = next((claimed[k] for k in keys if k in claimed), None)
+        if owner:
+            e.subsumed_by = owner
+        else:
+            for k in keys:
+                claimed[k] = e.rule
+    return ordered
+
+
+# --------------------------------------------------------------------------------------------
+# The API
+
+
+def explain_report(paths: list[str], all: bool = False, matcher: Matcher | None = None) -> Report:
+    """Scan every log in `paths` ("-" is stdin) and rank what they show. Raises LogReadError."""
+    scan = Scan(matcher or default_matcher())
+    names = []
+    for path in paths:
+        stream, name = open_log(path)
+        names.append(name)
+        try:
+            scan.feed_stream(stream, name if len(paths) > 1 else None)
+        except OSError as exc:
+            if isinstance(exc, LogReadError):
+                raise
+            raise LogReadError(f"{name}: {exc.strerror or exc}") from None
+        finally:
+            if path != "-":
+                stream.close()
+    return scan.report(names, all=all)
+
+
+def explain_paths(paths: list[str], all: bool = False) -> list[Explanation]:
+    """Ranked explanations of the logs; the first is the root cause. Empty: nothing known."""
+    return explain_report(paths, all=all).findings
+
+
+def explain_text(text: str | bytes, all: bool = False, matcher: Matcher | None = None) -> list[Explanation]:
+    data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
+    scan = Scan(matcher or default_matcher())
+    scan.feed_stream(io.BytesIO(data))
+    return scan.report(["<text>"], all=all).findings
+
+
+def explain_text_report(text: str | bytes, all: bool = False) -> Report:
+    data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
+    scan = Scan(default_matcher())
+    scan.feed_stream(io.BytesIO(data))
+    return scan.report(["<text>"], all=all)
