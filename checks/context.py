@@ -32,6 +32,9 @@ class CheckContext:
         env = dict(os.environ)
         if launch is not None:
             env.update(launch.env)
+            from knowledge.redact import remember_secrets
+
+            remember_secrets(launch.env)  # a script's `export HF_TOKEN=...` stays out of all output
         base = Path(cwd or os.getcwd()).resolve()
         if launch is not None and launch.cwd is not None:
             base = launch.cwd

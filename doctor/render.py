@@ -13,8 +13,25 @@ CHECK_SCHEMA = "doctor.check/v1"
 MARKS = {"pass": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red"), "skip": ("-", "dim")}
 
 
+def redacted(results: list[CheckResult]) -> list[CheckResult]:
+    """The same results with secrets removed from every text a finding carries (evidence may hold
+    env variables, config values and log lines). A value found under a secret key in one finding
+    is hunted in all of them."""
+    from knowledge.redact import Redactor
+
+    redactor = Redactor()
+    redactor.learn([f.to_dict() for f in flatten(results)])
+
+    def clean(f: Finding) -> Finding:
+        safe = redactor.mapping({"title": f.title, "message": f.message, "fix": f.fix,
+                                 "evidence": f.evidence, "node": f.node})
+        return Finding(f.id, f.category, f.status, **safe)
+
+    return [CheckResult(r.check, [clean(f) for f in r.findings], r.seconds) for r in results]
+
+
 def check_document(results: list[CheckResult], strict: bool = False) -> dict:
-    findings = flatten(results)
+    findings = flatten(redacted(results))
     return {
         "schema": CHECK_SCHEMA,
         "status": overall_status(findings, strict),
@@ -36,6 +53,7 @@ def to_human(results: list[CheckResult], verbose: bool = False, strict: bool = F
     from rich.markup import escape
 
     console = Console(file=file or sys.stdout, highlight=False, soft_wrap=True)
+    results = redacted(results)
     by_cat: "OrderedDict[str, list[Finding]]" = OrderedDict((c, []) for c in CATEGORIES)
     for f in flatten(results):
         by_cat[f.category].append(f)
@@ -74,6 +92,7 @@ def to_human(results: list[CheckResult], verbose: bool = False, strict: bool = F
 
 def to_junit(results: list[CheckResult]) -> str:
     """One testcase per check; fail -> <failure>, warn -> <system-out> note, skip -> <skipped>."""
+    results = redacted(results)
     suite = ET.Element("testsuite", name="doctor.check")
     n_fail = n_skip = 0
     total = 0.0
@@ -119,7 +138,7 @@ def _gh_escape(s: str) -> str:
 def to_github(results: list[CheckResult]) -> str:
     """GitHub workflow commands: ::error / ::warning, one per problem."""
     out = []
-    for f in flatten(results):
+    for f in flatten(redacted(results)):
         if f.status not in ("fail", "warn"):
             continue
         level = "error" if f.status == "fail" else "warning"
