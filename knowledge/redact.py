@@ -135,16 +135,15 @@ class Redactor:
         """Collect the values held under secret-looking keys anywhere in `obj`."""
         found: list[str] = []
 
-        def walk(o: Any) -> None:
+        def walk(o: Any, secret: bool = False) -> None:
             if isinstance(o, Mapping):
                 for k, v in o.items():
-                    if isinstance(v, (str, int)) and not isinstance(v, bool) and is_secret_name(str(k)):
-                        found.append(str(v).strip())
-                    else:
-                        walk(v)
+                    walk(v, secret or is_secret_name(str(k)))
             elif isinstance(o, (list, tuple)):
                 for v in o:
-                    walk(v)
+                    walk(v, secret)
+            elif secret and isinstance(o, (str, int)) and not isinstance(o, bool):
+                found.append(str(o).strip())
 
         walk(obj)
         self.add_values(found)
@@ -171,18 +170,16 @@ class Redactor:
         self.learn(obj)
         return self._walk(obj)
 
-    def _walk(self, obj: Any) -> Any:
+    def _walk(self, obj: Any, secret: bool = False) -> Any:
+        """Copy `obj`; under a secret key every string or number is replaced (None, "" and
+        booleans stay: "unset" and "on" are diagnoses, not secrets)."""
         if isinstance(obj, Mapping):
-            out = {}
-            for k, v in obj.items():
-                key = self.text(k) if isinstance(k, str) else k
-                if is_secret_name(str(k)) and v not in (None, "") and not isinstance(v, (bool, Mapping, list, tuple)):
-                    out[key] = REDACTED
-                else:
-                    out[key] = self._walk(v)
-            return out
+            return {(self.text(k) if isinstance(k, str) else k): self._walk(v, secret or is_secret_name(str(k)))
+                    for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
-            return [self._walk(v) for v in obj]
+            return [self._walk(v, secret) for v in obj]
+        if secret and obj not in (None, "") and isinstance(obj, (str, int, float)) and not isinstance(obj, bool):
+            return REDACTED
         if isinstance(obj, str):
             return self.text(obj)
         return obj

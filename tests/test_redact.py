@@ -114,6 +114,15 @@ def test_mapping_redacts_secret_keys_and_hunts_their_values_elsewhere():
     assert HF in doc["env"]["HF_TOKEN"]  # the input is not modified
 
 
+def test_everything_under_a_secret_key_is_redacted():
+    doc = {"+trainer.wandb_api_key": {"value": "nested-V4lue-1", "default": None},
+           "credentials": ["list-V4lue-22", 7], "other": "mentions nested-V4lue-1"}
+    out = redact_mapping(doc, env={})
+    assert out["+trainer.wandb_api_key"] == {"value": REDACTED, "default": None}
+    assert out["credentials"] == [REDACTED, REDACTED]
+    assert "nested-V4lue-1" not in out["other"]
+
+
 def test_remembered_secrets_reach_every_later_redaction(monkeypatch):
     planted = "script-only-S3cret-77"
     assert planted in redact_text(f"value {planted}")
