@@ -1,0 +1,423 @@
+"""Cross-node comparison of a Ray cluster, and its link tests: category `cluster`.
+
+Input is the report `checks.cluster_probe` writes (one entry per node with that node's facts,
+gathered in the environment of its `ray start`). Every node is compared with the reference node,
+the head (where verl's driver and rank 0 live) or, when the head did not answer, the first node
+that did. Each difference is one finding that names the differing node and both values: a job
+that starts on nodes that differ fails minutes in with a hang or a cryptic HCCL/Gloo error.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from checks.facts import installed_dist, winner_path
+from checks.model import Finding
+
+# Variables naming the interface a transport binds (syntax: research/ascend.md 5.1).
+IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+EXACT_LIST_VARS = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")  # exact names, no ^/= syntax
+
+
+@dataclass
+class ClusterView:
+    """The probe report, with the nodes that answered, the reference, and what the launch expects."""
+
+    report: dict
+    nnodes: int | None = None
+    gpus_per_node: int | None = None
+    path_keys: dict[str, str] = field(default_factory=dict)  # path -> the launch key naming it
+
+    def __post_init__(self) -> None:
+        nodes = self.report.get("nodes") or []
+        self.answered = [n for n in nodes if n.get("facts")]
+        self.silent = [n for n in nodes if not n.get("facts")]
+        heads = [n for n in self.answered if n.get("head")]
+        self.reference = heads[0] if heads else (self.answered[0] if self.answered else None)
+        # Hostname when unique, else IP, else IP/node id (Ray's local multi-node simulation).
+        hosts = Counter(n.get("hostname") for n in nodes)
+        ips = Counter(n.get("ip") for n in nodes)
+        for n in nodes:
+            host, ip = n.get("hostname"), n.get("ip")
+            n["label"] = host if host and hosts[host] == 1 else ip if ips[ip] == 1 else f"{ip}/{n.get('id', '')[:8]}"
+
+    def others(self) -> list[dict]:
+        return [n for n in self.answered if n is not self.reference]
+
+    def ref_label(self) -> str:
+        ref = self.reference
+        return f"{ref['label']} ({'head' if ref.get('head') else 'reference'})"
+
+
+def _fmt(value: Any) -> str:
+    return "absent" if value is None else str(value)
+
+
+def _finding(id: str, status: str, title: str, message: str = "", fix: str = "",
+             evidence: dict | None = None, node: str | None = None) -> Finding:
+    return Finding(id, "cluster", status, title, message, fix, evidence or {}, node)
+
+
+def _compare(view: ClusterView, id: str, what: str, value_of: Callable[[dict], Any], fix: str,
+             status: str = "fail") -> list[Finding]:
+    """One finding per node whose value differs from the reference node's."""
+    ref = view.reference
+    if ref is None:
+        return []
+    ref_value = value_of(ref)
+    values = {n["label"]: value_of(n) for n in view.answered}
+    out = []
+    for n in view.others():
+        value = value_of(n)
+        if value != ref_value:
+            out.append(_finding(id, status, f"{what} differs on {n['label']}",
+                                f"{what}: {_fmt(value)} on {n['label']}, {_fmt(ref_value)} on {view.ref_label()}",
+                                fix, {"values": values}, n["label"]))
+    return out
+
+
+# --- what each node reports ------------------------------------------------------------------
+
+def _probe(n: dict) -> dict:
+    return (n.get("facts") or {}).get("probe") or {}
+
+
+def _packages(n: dict) -> dict:
+    return _probe(n).get("packages") or {}
+
+
+def _version(n: dict, name: str) -> str | None:
+    dist = installed_dist(_packages(n).get(name) or {})
+    return dist.get("version") if dist else None
+
+
+def _import_place(n: dict, name: str) -> str | None:
+    """Where `import name` loads from on the node, saying when that is the launch directory."""
+    pkg = _packages(n).get(name) or {}
+    path = winner_path(pkg.get("spec"))
+    if path is None:
+        return None
+    cwd = (n.get("facts") or {}).get("cwd", {}).get("path") or ""
+    if cwd and (path == cwd or path.startswith(cwd.rstrip(os.sep) + os.sep)):
+        return f"{path} (launch directory)"
+    return path
+
+
+# --- the comparisons ----------------------------------------------------------------------------
+
+def nodes_answer(view: ClusterView) -> list[Finding]:
+    out = []
+    for n in view.silent:
+        why = n.get("no_answer") or n.get("error") or n.get("need_code") or "no facts"
+        out.append(_finding("cluster.nodes", "fail", f"node {n['label']} did not report", why,
+                            "check that node: `ray status` lists it, its raylet log under the Ray temp dir "
+                            "(session_latest/logs/raylet.out), and that the interpreter exists there",
+                            {"ip": n.get("ip"), "node_id": n.get("id")}, n["label"]))
+    for d in view.report.get("dead") or []:
+        out.append(_finding("cluster.nodes", "warn", f"dead node {d.get('ip')} still listed",
+                            f"Ray lists node {d.get('ip')} ({d.get('id', '')[:12]}) as dead",
+                            "restart `ray start --address=...` on that machine if it should take part",
+                            {"node_id": d.get("id")}, d.get("ip")))
+    alive = len(view.report.get("nodes") or [])
+    if view.nnodes and alive < view.nnodes:
+        out.append(_finding("cluster.nodes", "fail", f"{alive} of trainer.nnodes={view.nnodes} nodes are alive",
+                            f"the launch asks for trainer.nnodes={view.nnodes}; the cluster has {alive} alive "
+                            f"node{'s' * (alive != 1)}: "
+                            + ", ".join(n["label"] for n in view.report.get("nodes") or []),
+                            f"start Ray on the missing node{'s' * (view.nnodes - alive != 1)} "
+                            "(`ray start --address=<head>:6379`) or set trainer.nnodes="
+                            f"{alive}", {"alive": alive, "nnodes": view.nnodes}))
+    return out
+
+
+def versions_match(view: ClusterView) -> list[Finding]:
+    if view.reference is None:
+        return []
+    fix = "install the same versions on every node (pip freeze on the head, then pip install -r on the others)"
+    out = _compare(view, "cluster.versions", "Python", lambda n: (_probe(n).get("python") or {}).get("version"), fix)
+    names = sorted({name for n in view.answered for name in _packages(n)})
+    for name in names:
+        out += _compare(view, "cluster.versions", f"{name} version", lambda n, nm=name: _version(n, nm), fix)
+    out += _compare(view, "cluster.versions", "torch build",
+                    lambda n: (_probe(n).get("torch_build") or {}).get("kind"), fix)
+    ascend_fix = "install the same CANN toolkit and NPU driver on every node (research: Ascend version matrix)"
+    out += _compare(view, "cluster.versions", "CANN version",
+                    lambda n: ((n["facts"].get("ascend") or {}).get("cann") or {}).get("version"), ascend_fix)
+    out += _compare(view, "cluster.versions", "NPU driver version",
+                    lambda n: ((n["facts"].get("ascend") or {}).get("driver") or {}).get("version"), ascend_fix)
+    return out
+
+
+def code_matches(view: ClusterView) -> list[Finding]:
+    """verl's code version: the package version above, and here a source checkout's commit."""
+    def state(n: dict) -> str | None:
+        git = (n.get("git") or {}).get("verl")
+        if not git:
+            return None
+        return f"{(git.get('commit') or 'unknown')[:12]}{' (dirty)' if git.get('dirty') else ''}"
+
+    return _compare(view, "cluster.code", "verl source commit", state,
+                    "check out the same commit on every node (git -C <verl checkout> checkout <commit>) "
+                    "and commit or stash local edits")
+
+
+def imports_match(view: ClusterView) -> list[Finding]:
+    out = []
+    names = sorted({name for n in view.answered for name in _packages(n)})
+    for name in names:
+        out += _compare(view, "cluster.imports", f"where `import {name}` loads from",
+                        lambda n, nm=name: _import_place(n, nm),
+                        f"make `import {name}` resolve to the installed package on every node: remove or rename "
+                        f"a {name}/ directory in the launch directory or on PYTHONPATH of that node's `ray start`")
+    return out
+
+
+def paths_match(view: ClusterView) -> list[Finding]:
+    out = []
+    for path, key in view.path_keys.items():
+        def fp(n: dict, p=path) -> dict:
+            return (n.get("fingerprints") or {}).get(p) or {"exists": False}
+
+        ref = fp(view.reference) if view.reference else None
+        everywhere_missing = all(not fp(n)["exists"] for n in view.answered)
+        if ref is None or everywhere_missing:
+            continue  # a path missing on every node is the local data/workdir checks' finding
+        for n in view.others():
+            mine = fp(n)
+            ev = {"key": key, "path": path, "values": {
+                m["label"]: {k: v for k, v in fp(m).items() if k != "files"} for m in (view.reference, n)}}
+            if mine["exists"] != ref["exists"]:
+                has, lacks = (view.reference, n) if ref["exists"] else (n, view.reference)
+                out.append(_finding("cluster.paths", "fail", f"{key} missing on {lacks['label']}",
+                                    f"{path} ({key}) exists on {has['label']} but not on {lacks['label']}",
+                                    f"copy it there: rsync -a {path} {lacks['label']}:"
+                                    f"{os.path.dirname(path.rstrip('/')) or '/'}/", ev, lacks["label"]))
+            elif mine["exists"] and mine.get("digest") != ref.get("digest"):
+                diff = _differing_files(fp(view.reference), fp(n))
+                detail = f"; differing files: {', '.join(diff[:5])}" if diff else ""
+                out.append(_finding("cluster.paths", "fail", f"{key} differs on {n['label']}",
+                                    f"{path} ({key}) has different content on {n['label']} "
+                                    f"({mine.get('size')} bytes) than on {view.ref_label()} ({ref.get('size')} bytes)"
+                                    f"{detail}",
+                                    f"copy the reference: rsync -a --checksum {path} {n['label']}:"
+                                    f"{os.path.dirname(path.rstrip('/')) or '/'}/", {**ev, "files": diff}, n["label"]))
+    return out
+
+
+def _differing_files(a: dict, b: dict) -> list[str]:
+    fa, fb = a.get("files") or {}, b.get("files") or {}
+    return sorted(k for k in set(fa) | set(fb) if fa.get(k) != fb.get(k))
+
+
+def interfaces_valid(view: ClusterView) -> list[Finding]:
+    """Each communication variable names an interface present and up on that node; the
+    variables agree across nodes."""
+    out = []
+    for n in view.answered:
+        env = n["facts"].get("comm_env") or {}
+        ifaces = n["facts"].get("interfaces") or {}
+        for var in IFNAME_VARS:
+            value = env.get(var)
+            if not value:
+                continue
+            problem = _ifname_problem(var, value, ifaces)
+            if problem:
+                have = ", ".join(f"{k}{'' if v.get('up') else ' (down)'}" for k, v in sorted(ifaces.items()))
+                elsewhere = [m["label"] for m in view.answered if m is not n
+                             and value.split(",")[0].lstrip("^=") in (m["facts"].get("interfaces") or {})]
+                more = f"; it exists on {', '.join(elsewhere)}" if elsewhere else ""
+                out.append(_finding("cluster.env", "fail", f"{var} on {n['label']}: {problem}",
+                                    f"{var}={value} in the environment of `ray start` on {n['label']}, "
+                                    f"which has: {have}{more}",
+                                    f"on {n['label']}: export {var}=<the interface that carries the node's cluster "
+                                    f"address (ip route get <head ip>)> and restart `ray start` there",
+                                    {"value": value, "interfaces": sorted(ifaces)}, n["label"]))
+    ref = view.reference
+    if ref is None:
+        return out
+    ref_env = ref["facts"].get("comm_env") or {}
+    for n in view.others():
+        env = n["facts"].get("comm_env") or {}
+        for var in sorted(set(env) | set(ref_env)):
+            a, b = ref_env.get(var), env.get(var)
+            if a == b:
+                continue
+            if var in IFNAME_VARS and a and b:
+                if var in EXACT_LIST_VARS and len(a.split(",")) != len(b.split(",")):
+                    out.append(_finding("cluster.env", "fail", f"{var} lists a different number of interfaces",
+                                        f"{var}={b} on {n['label']}, {a} on {view.ref_label()}: every process must "
+                                        "name the same number of interfaces", f"give {var} one interface on every node",
+                                        {"values": {ref["label"]: a, n["label"]: b}}, n["label"]))
+                continue  # different NIC names per machine are fine when each is valid
+            status = "fail" if var in IFNAME_VARS else "warn"
+            out.append(_finding("cluster.env", status, f"{var} differs on {n['label']}",
+                                f"{var}: {_fmt(b)} on {n['label']}, {_fmt(a)} on {view.ref_label()} "
+                                "(what counts is each node's `ray start` environment)",
+                                f"export the same {var} before `ray start` on every node",
+                                {"values": {ref["label"]: a, n["label"]: b}}, n["label"]))
+    return out
+
+
+def _ifname_problem(var: str, value: str, ifaces: dict) -> str | None:
+    if var in EXACT_LIST_VARS:
+        for name in value.split(","):
+            if name not in ifaces:
+                return f"no interface {name}"
+            if not ifaces[name].get("up"):
+                return f"interface {name} is down"
+        return None
+    exclude = value.startswith("^")
+    body = value[1:] if exclude else value
+    exact = body.startswith("=")
+    items = [i for i in (body[1:] if exact else body).split(",") if i]
+    matched = [n for n in ifaces if any(n == i if exact else n.startswith(i) for i in items) != exclude]
+    if not matched:
+        return f"no interface matches {value}"
+    if not any(ifaces[n].get("up") for n in matched):
+        return f"every interface matching {value} is down"
+    return None
+
+
+def devices_match(view: ClusterView) -> list[Finding]:
+    out = []
+    counts = {n["label"]: _device_count(n) for n in view.answered}
+    if view.answered and not any(c for _, c in counts.values()):
+        return [_finding("cluster.devices", "skip", "no accelerators on any node",
+                         "device counts not compared: no /dev/davinci* or /dev/nvidia* on any node",
+                         evidence={"counts": {k: c for k, (_, c) in counts.items()}})]
+    for n in view.answered:
+        kind, real = counts[n["label"]]
+        resource = "NPU" if kind == "npu" else "GPU"
+        ray_count = int((n.get("resources") or {}).get(resource, 0))
+        if view.gpus_per_node and real < view.gpus_per_node:
+            out.append(_finding("cluster.devices", "fail",
+                                f"{n['label']} has {real} devices, trainer.n_gpus_per_node={view.gpus_per_node}",
+                                f"{n['label']} has {real} {resource}s; the launch asks for {view.gpus_per_node} per node",
+                                f"set trainer.n_gpus_per_node={real} or use nodes with {view.gpus_per_node} devices",
+                                {"devices": real, "n_gpus_per_node": view.gpus_per_node}, n["label"]))
+        if real and ray_count < real:
+            out.append(_finding("cluster.devices", "fail" if view.gpus_per_node and ray_count < view.gpus_per_node
+                                else "warn",
+                                f"Ray counts {ray_count} {resource}s on {n['label']}, which has {real}",
+                                f"Ray's {resource} resource on {n['label']} is {ray_count} but the node has {real} "
+                                "devices (Ray's NPU detector without pyACL counts /dev/davinci? only, single digits)",
+                                f"on {n['label']}: ray start ... --resources='{{\"{resource}\": {real}}}'",
+                                {"ray": ray_count, "devices": real}, n["label"]))
+    return out
+
+
+def _device_count(n: dict) -> tuple[str, int]:
+    dev = n["facts"].get("devices") or {}
+    if dev.get("davinci"):
+        return "npu", int(dev["davinci"])
+    return "gpu", int(dev.get("nvidia") or 0)
+
+
+def links_work(view: ClusterView) -> list[Finding]:
+    """TCP from every node to every other node's Gloo/HCCL/NCCL address, on one port."""
+    out = []
+    by_label = {n.get("id"): n["label"] for n in view.report.get("nodes") or []}
+    for n in view.answered:
+        for transport, pick in (n.get("links") or {}).items():
+            if pick.get("error"):
+                out.append(_finding("cluster.link", "fail", f"{transport} has no usable address on {n['label']}",
+                                    pick["error"], f"set {transport.upper()}_SOCKET_IFNAME to an interface that is up "
+                                    f"on {n['label']} and restart `ray start` there", {"transport": transport}, n["label"]))
+            elif pick.get("address", "").startswith("127.") and len(view.answered) > 1:
+                out.append(_finding("cluster.link", "fail", f"{transport} would bind loopback on {n['label']}",
+                                    f"{pick.get('via')}: {pick['address']}; other nodes cannot reach it and the job "
+                                    "fails in connectFullMesh (one rank hangs)",
+                                    f"on {n['label']}: export {transport.upper()}_SOCKET_IFNAME=<cluster interface>, "
+                                    "or map the hostname to the cluster address in /etc/hosts",
+                                    {"transport": transport, **pick}, n["label"]))
+    shared = defaultdict(list)
+    for n in view.answered:
+        for transport, pick in (n.get("links") or {}).items():
+            if pick.get("address") and not pick["address"].startswith("127."):
+                shared[(transport, pick["address"])].append(n["label"])
+    for (transport, addr), labels in shared.items():
+        if len(labels) > 1:
+            out.append(_finding("cluster.link", "fail", f"{len(labels)} nodes would use {addr} for {transport}",
+                                f"{', '.join(labels)} all pick {addr} for {transport}: a collective cannot tell them "
+                                "apart (a shared bridge such as docker0, or several nodes on one machine)",
+                                f"set {transport.upper()}_SOCKET_IFNAME on each node to its own cluster interface",
+                                {"transport": transport, "address": addr, "nodes": labels}, labels[-1]))
+    link = view.report.get("link")
+    if not link:
+        return out
+    tested = 0
+    for nid, res in (link.get("by_node") or {}).items():
+        label = by_label.get(nid, nid)
+        if res.get("no_answer") or res.get("error"):
+            out.append(_finding("cluster.link", "fail", f"link test did not run on {label}",
+                                res.get("no_answer") or res.get("error"), node=label))
+            continue
+        for addr, err in (res.get("listen_errors") or {}).items():
+            out.append(_finding("cluster.link", "warn", f"link test could not listen on {label}", err, node=label))
+        for r in res.get("results") or []:
+            tested += 1
+            if r.get("ok"):
+                continue
+            target = by_label.get(r["to"], r["to"])
+            out.append(_finding("cluster.link", "fail",
+                                f"{label} cannot reach {target} over {r['transport']}",
+                                f"TCP {r['address']}:{link['port']} ({r['transport']} address of {target}) from "
+                                f"{label}: {r.get('error')}",
+                                f"make {target}'s {r['transport']} interface reachable from {label}: check "
+                                f"{r['transport'].upper()}_SOCKET_IFNAME on both, routes (ip route get {r['address']}) "
+                                "and firewalls", {k: r.get(k) for k in ("transport", "address", "error")}, target))
+    if tested and not any(f.status == "fail" for f in out):
+        times = [r["connect_ms"] for res in link["by_node"].values() for r in res.get("results") or []
+                 if r.get("ok")]
+        out.append(_finding("cluster.link", "pass", "every node reaches every other node",
+                            f"{tested} TCP connection{'s' * (tested != 1)} on the addresses Gloo/HCCL/NCCL would "
+                            f"use; connect time median {sorted(times)[len(times) // 2]:.2f} ms",
+                            evidence={"connect_ms": times}))
+    return out
+
+
+def collective_works(view: ClusterView) -> list[Finding]:
+    coll = view.report.get("collective")
+    if not coll:
+        return [_finding("cluster.collective", "skip", "collective not run",
+                         "add --deep to run a Gloo all-reduce (and NCCL/HCCL where devices exist) across the nodes")]
+    by_label = {n.get("id"): n["label"] for n in view.report.get("nodes") or []}
+    out = []
+    for backend in ("gloo", "nccl", "hccl"):
+        ranks = coll.get(backend)
+        if not ranks:
+            continue
+        bad = {by_label.get(nid, nid): r for nid, r in ranks.items() if not r.get("ok")}
+        if bad:
+            for label, r in bad.items():
+                why = r.get("no_answer") or r.get("error") or "wrong result"
+                out.append(_finding("cluster.collective", "fail", f"{backend} all-reduce failed on {label}",
+                                    f"rank {r.get('rank', '?')} on {label}: {why}",
+                                    "fix the interface variables and link findings above, then rerun with --deep",
+                                    {"backend": backend, "stderr": r.get("stderr") or []}, label))
+            continue
+        lat = max(r["latency_us"] for r in ranks.values())
+        bw = min(r["bandwidth_MBps"] for r in ranks.values())
+        out.append(_finding("cluster.collective", "pass",
+                            f"{backend} all-reduce across {len(ranks)} nodes works",
+                            f"latency {lat:.0f} us (median of 20 one-element all-reduces), "
+                            f"bandwidth {bw:.0f} MiB/s (8 MiB all-reduce)",
+                            evidence={"backend": backend, "latency_us": lat, "bandwidth_MBps": bw,
+                                      "master": coll.get("master")}))
+    return out
+
+
+# (id, title, function): the cluster checks, in report order.
+COMPARISONS: tuple[tuple[str, str, Callable[[ClusterView], list[Finding]]], ...] = (
+    ("cluster.nodes", "Every node answers", nodes_answer),
+    ("cluster.versions", "Same versions on every node", versions_match),
+    ("cluster.code", "Same verl code on every node", code_matches),
+    ("cluster.imports", "Packages load from the same place on every node", imports_match),
+    ("cluster.paths", "Model and data identical on every node", paths_match),
+    ("cluster.env", "Communication variables valid on every node", interfaces_valid),
+    ("cluster.devices", "Device counts match the launch and Ray", devices_match),
+    ("cluster.link", "Nodes reach each other on the collective interfaces", links_work),
+    ("cluster.collective", "A collective across the nodes works (--deep)", collective_works),
+)

@@ -1,0 +1,176 @@
+"""`doctor check --cluster [ADDRESS]`: every node of a running Ray cluster, compared.
+
+doctor's own process never imports Ray: the fan-out (`checks/cluster_probe.py`) runs in a
+subprocess of the target interpreter with a deadline, gathers each node's facts there, and
+writes one JSON report. Here the report becomes findings: the cross-node comparison and link
+tests (`checks/cluster.py`, category `cluster`), and the ordinary local checks run once per node
+on that node's facts. A finding every node shares is shown once; one that differs names its node.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+from checks.cluster import COMPARISONS, ClusterView
+from checks.model import Finding
+from checks.registry import Check, CheckResult, all_checks, run_checks, select
+from doctor.cli import DoctorError
+
+ROOT = Path(__file__).resolve().parents[1]
+CONNECT_S = 45.0  # ray.init against a live head takes ~1 s; an unreachable one is retried for a while
+PROBE_ENTRY = "from checks.cluster_probe import main; main()"
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
+
+
+def _launch_json(launch) -> dict | None:
+    if launch is None:
+        return None
+    return {"argv": launch.argv, "env": launch.env, "python": launch.python, "module": launch.module,
+            "entry": launch.entry, "cwd": str(launch.cwd) if launch.cwd else None,
+            "overrides": [{"key": o.key, "value": o.value, "op": o.op, "text": o.text} for o in launch.overrides]}
+
+
+def launch_paths(ctx) -> dict[str, str]:
+    """Model/data/reward paths the launch names (absolute, as every node sees them) -> their key."""
+    from checks.facts import PATH_KEYS, _as_list
+
+    out: dict[str, str] = {}
+    if ctx.launch is None:
+        return out
+    for key, kind in PATH_KEYS.items():
+        if kind == "checkpoint" or not ctx.launch.has(key):
+            continue
+        for raw in _as_list(ctx.launch.get(key)):
+            value = raw[len("file://"):] if raw.startswith("file://") else raw
+            if not value or value in ("None", "null") or "${" in value or "://" in value:
+                continue
+            p = Path(os.path.expanduser(value))
+            out[str(p if p.is_absolute() else ctx.cwd / p)] = key
+    return out
+
+
+def expected_shape(ctx) -> tuple[int | None, int | None]:
+    """(nnodes, n_gpus_per_node) the launch asks for; verl's defaults where it names verl."""
+    nnodes = ctx.nodes
+    gpus = None
+    launch = ctx.launch
+    if launch is not None and launch.is_verl:
+        try:
+            from checks.verl_config import effective_config
+
+            cfg = effective_config(launch)
+            nnodes = nnodes or cfg.get("trainer.nnodes")
+            gpus = cfg.get("trainer.n_gpus_per_node")
+        except Exception:  # no snapshot for this verl: the launch's own values still count
+            pass
+    if launch is not None:
+        if nnodes is None and launch.has("trainer.nnodes"):
+            nnodes = launch.nnodes
+        if gpus is None and launch.has("trainer.n_gpus_per_node"):
+            gpus = launch.get("trainer.n_gpus_per_node")
+    try:
+        return (int(nnodes) if nnodes else None), (int(gpus) if gpus else None)
+    except (TypeError, ValueError):
+        return None, None
+
+
+def probe_cluster(ctx, address: str | None, paths: list[str]) -> dict:
+    """Run the fan-out in the target interpreter; its report, or DoctorError in one line."""
+    budget = CONNECT_S + 3 * ctx.timeout + 30 + (2 * (ctx.timeout + 15) if ctx.deep else 0)
+    with tempfile.TemporaryDirectory(prefix="doctor-cluster-") as tmp:
+        out = os.path.join(tmp, "report.json")
+        req = {"address": address, "cwd": str(ctx.cwd), "python": ctx.python, "timeout": ctx.timeout,
+               "deep": ctx.deep, "launch": _launch_json(ctx.launch), "paths": paths, "out": out}
+        env = dict(ctx.env)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+        try:
+            proc = subprocess.run([ctx.python, "-c", PROBE_ENTRY], input=json.dumps(req), cwd=ROOT, env=env,
+                                  capture_output=True, text=True, timeout=budget)
+        except FileNotFoundError:
+            raise DoctorError(f"cannot run {ctx.python}: not found (give --python)") from None
+        except subprocess.TimeoutExpired:
+            raise DoctorError(f"the cluster probe did not finish within {budget:g} s "
+                              f"(is the Ray cluster at {address or 'auto'} up?)") from None
+        if not os.path.exists(out):
+            tail = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-1:] or [f"exit {proc.returncode}"]
+            if "No module named 'ray'" in proc.stderr:
+                raise DoctorError(f"{ctx.python} has no ray: give --python an interpreter of the cluster's environment")
+            raise DoctorError(f"the cluster probe failed: {tail[0][:300]}")
+        with open(out) as fh:
+            report = json.load(fh)
+    if report.get("fatal"):
+        raise DoctorError(f"cannot probe the Ray cluster at {address or 'auto'}: {report['fatal']}")
+    return report
+
+
+def _wanted(ids: set[str], only: set[str] | None, skip: set[str] | None) -> bool:
+    if only and not ids & only:
+        return False
+    return not (skip and ids & skip)
+
+
+def _node_env(node: dict) -> dict[str, str]:
+    return {k: v for k, v in (node.get("env") or {}).items() if not any(w in k.upper() for w in SECRET_WORDS)}
+
+
+def _merge_nodes(per_node: dict[str, list[CheckResult]], n_nodes: int) -> list[CheckResult]:
+    """One result per check: a finding every node shares once (no node), the rest per node."""
+    by_check: dict[str, list[CheckResult]] = defaultdict(list)
+    for results in per_node.values():
+        for r in results:
+            by_check[r.check.id].append(r)
+    merged = []
+    for rs in by_check.values():
+        groups: dict[tuple, list[Finding]] = defaultdict(list)
+        for r in rs:
+            for f in r.findings:
+                groups[(f.id, f.status, f.title, f.message)].append(f)
+        findings = []
+        for fs in groups.values():
+            if len(fs) == n_nodes and n_nodes > 1:
+                findings.append(replace(fs[0], node=None))
+            else:
+                findings.extend(fs)
+        merged.append(CheckResult(rs[0].check, findings, max(r.seconds for r in rs)))
+    return merged
+
+
+def run_cluster_checks(ctx, address: str | None, only: set[str] | None, skip: set[str] | None) -> list[CheckResult]:
+    paths = launch_paths(ctx)
+    t0 = time.perf_counter()
+    report = probe_cluster(ctx, address, list(paths))
+    probe_s = time.perf_counter() - t0
+    nnodes, gpus = expected_shape(ctx)
+    view = ClusterView(report, nnodes=nnodes, gpus_per_node=gpus, path_keys=paths)
+    results: list[CheckResult] = []
+    for id, title, fn in COMPARISONS:
+        if not _wanted({id, "cluster"}, only, skip):
+            continue
+        check = Check(id, "cluster", title, fn)
+        t = time.perf_counter()
+        try:
+            findings = fn(view)
+        except Exception as exc:  # a broken comparison reports itself
+            findings = [Finding(id, "cluster", "warn", title, f"the check itself failed: {type(exc).__name__}: {exc}",
+                                "report this as a doctor bug")]
+        if not findings:
+            findings = [Finding(id, "cluster", "pass", title, f"{len(view.answered)} nodes compared")]
+        secs = time.perf_counter() - t + (probe_s if id == "cluster.nodes" else 0.0)
+        results.append(CheckResult(check, findings, secs))
+
+    local = [c for c in select(all_checks(), only, skip) if c.category != "cluster"]
+    if local and view.answered:
+        per_node = {}
+        for node in view.answered:
+            node_ctx = replace(ctx, env=_node_env(node), facts=node["facts"], node=node["label"], deep=False,
+                               _lock=threading.Lock())
+            per_node[node["label"]] = run_checks(local, node_ctx)
+        results += _merge_nodes(per_node, len(view.answered))
+    return results
