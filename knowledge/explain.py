@@ -25,6 +25,7 @@ from typing import BinaryIO, Iterable
 import re2
 
 from knowledge.catalog import Rule, catalog
+from knowledge.prefilter import make_prefilter
 
 SCHEMA = "doctor.explain/v1"
 BLOCK_BYTES = 8 << 20          # read size: big enough that per-block overhead vanishes
@@ -65,6 +66,7 @@ class Line:
     node: str | None = None    # Ray node ip, when the prefix names one
     process: str | None = None # Ray process, e.g. "WorkerDict pid=123"
     file: str | None = None
+    fallback: bool = False     # matched one of FALLBACK_PATTERNS (an error-looking line)
 
     def to_dict(self) -> dict:
         out = {"n": self.n, "text": _redact(self.text), "node": self.node}
@@ -142,7 +144,7 @@ def _block_form(pattern: str) -> str:
 
 
 class Matcher:
-    """The catalog compiled once: a block prefilter and an exact per-line set."""
+    """The catalog compiled once: a block prefilter and an exact per-line RE2 set."""
 
     def __init__(self, rules: Iterable[Rule]):
         self.rules = list(rules)
@@ -161,14 +163,12 @@ class Matcher:
         self.fallback = {add(p) for p in FALLBACK_PATTERNS}
 
         opts = re2.Options()
-        opts.max_mem = 64 << 20  # room for the DFA of the whole catalog, so RE2 never falls back to NFA
+        opts.max_mem = 64 << 20  # room for the whole catalog's DFA, so RE2 never drops to its NFA
         self.line_set = re2.Set.SearchSet(opts)
         for p in self.patterns:
             self.line_set.Add(p)
         self.line_set.Compile()
-        alternation = "|".join(f"(?:{_block_form(p)})" for p in self.patterns)
-        self.prefilter = re2.compile(alternation.encode(), opts)
-
+        self.prefilter = make_prefilter([_block_form(p) for p in self.patterns])
 
 _MATCHER: Matcher | None = None
 
@@ -251,75 +251,124 @@ class Scan:
     def __init__(self, matcher: Matcher):
         self.m = matcher
         self.hits: dict[int, _Hits] = {}
-        self.fallback: deque[Line] = deque(maxlen=FALLBACK_KEEP)
+        self.fallback_raw: deque[tuple] = deque(maxlen=FALLBACK_KEEP * 4)  # (n, file, raw bytes)
         self.bytes_read = 0
         self.lines_read = 0
         self.truncated = False
 
     def feed_stream(self, stream: BinaryIO, name: str | None = None) -> None:
-        prefilter = self.m.prefilter
-        carry = b""
-        line_base = 0  # newlines before buf[0]
-        while True:
-            try:
-                chunk = stream.read(BLOCK_BYTES)
-            except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-                if not self.bytes_read:
-                    raise LogReadError(f"{name}: not a readable gzip file ({exc})") from None
-                self.truncated, chunk = True, b""
-            self.bytes_read += len(chunk)
-            buf = carry + chunk if carry else chunk
-            if not chunk:
-                end = len(buf)
+        """Scan a binary stream in blocks; only prefilter candidates cost Python work."""
+        buf = bytearray(BLOCK_BYTES)
+        view = memoryview(buf)
+        filled = 0      # bytes of buf holding data: a carried partial line, then the new read
+        line_base = 0   # newlines before buf[0]
+        eof = False
+        while not eof:
+            if filled == len(buf):  # one line fills the whole buffer: grow, up to the cap
+                if len(buf) >= MAX_CARRY_BYTES:  # binary junk: scan it, keep the line number
+                    self._scan(view, buf, filled, line_base, name)
+                    filled = 0
+                else:
+                    view.release()
+                    buf.extend(bytes(len(buf)))
+                    view = memoryview(buf)
+            got = self._fill(stream, view, filled, name)
+            eof = got == 0
+            filled += got
+            if eof:
+                end = filled
             else:
-                end = buf.rfind(b"\n") + 1
-                if end == 0 and len(buf) > MAX_CARRY_BYTES:
-                    end = len(buf)  # one gigantic "line": scan it in pieces
-            counted_pos, counted = 0, line_base
-            pos = 0
-            while pos < end:
-                m = prefilter.search(buf, pos, end)
-                if m is None:
-                    break
-                start = m.start()
-                ls = buf.rfind(b"\n", 0, start) + 1
-                le = buf.find(b"\n", start, end)
-                if le < 0:
-                    le = end
-                counted += buf.count(b"\n", counted_pos, ls)
-                counted_pos = ls
-                self._line(buf, ls, le, start, counted + 1, name)
-                pos = le + 1
-            line_base += buf.count(b"\n", 0, end)
-            carry = buf[end:]
-            if not chunk:
-                if end and buf[end - 1:end] != b"\n":
-                    line_base += 1  # a last line without a newline still counts
-                break
+                end = buf.rfind(b"\n", 0, filled) + 1
+                if end == 0:
+                    continue  # no complete line yet: read more
+            line_base += self._scan(view, buf, end, line_base, name)
+            if eof and end and buf[end - 1] != 0x0A:
+                line_base += 1  # a last line without a newline still counts
+            rest = filled - end
+            buf[:rest] = buf[end:filled]
+            filled = rest
+        view.release()
         self.lines_read += line_base
 
-    def _line(self, buf: bytes, ls: int, le: int, hit: int, n: int, name: str | None) -> None:
+    def _fill(self, stream: BinaryIO, view: memoryview, at: int, name: str | None) -> int:
+        try:
+            got = stream.readinto(view[at:])
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            if not self.bytes_read:
+                raise LogReadError(f"{name or 'log'}: not a readable gzip file ({exc})") from None
+            self.truncated = True
+            return 0
+        got = got or 0
+        self.bytes_read += got
+        return got
+
+    def _scan(self, view: memoryview, buf, end: int, line_base: int, name: str | None) -> int:
+        """Check the candidate lines of buf[:end]; return how many newlines it holds."""
+        counted_pos, counted = 0, line_base
+        line_end = -1
+        cands = self.m.prefilter.candidates(view[:end])
+        fallback = self.m.fallback
+        i, n_cands = 0, len(cands)
+        while i < n_cands:
+            pos, pid = cands[i]
+            i += 1
+            if pos <= line_end:
+                continue  # this line is done
+            ls = buf.rfind(b"\n", 0, pos) + 1
+            line_end = buf.find(b"\n", pos, end)
+            if line_end < 0:
+                line_end = end
+            only_fallback = pid in fallback
+            while i < n_cands and cands[i][0] <= line_end:  # the other hits on this line
+                only_fallback = only_fallback and cands[i][1] in fallback
+                i += 1
+            counted += buf.count(b"\n", counted_pos, ls)
+            counted_pos = ls
+            if only_fallback:  # needed only if nothing else matches: keep the raw bytes, cheaply
+                self.fallback_raw.append((counted + 1, name, bytes(buf[ls:min(line_end, ls + MAX_LINE_BYTES)])))
+            else:
+                self._line(buf, ls, line_end, pos, counted + 1, name)
+        return counted - line_base + buf.count(b"\n", counted_pos, end)
+
+    def _line(self, buf, ls: int, le: int, hit: int, n: int, name: str | None) -> None:
         if le - ls > MAX_LINE_BYTES:  # a very long line: the start (for the prefix) + the hit
-            raw = buf[ls:ls + 256] + b" ... " + buf[max(ls + 256, hit - 4096):hit + 4096]
+            raw = bytes(buf[ls:ls + 256] + b" ... " + buf[max(ls + 256, hit - 4096):min(hit + 4096, le)])
         else:
-            raw = buf[ls:le]
+            raw = bytes(buf[ls:le])
+        line = self._match(raw, n, name)
+        if line is not None and line.fallback:
+            self.fallback_raw.append((n, name, raw))
+
+    def _match(self, raw: bytes, n: int, name: str | None) -> Line | None:
+        """Record which patterns the cleaned line matches; None when it matches none."""
         line = clean_line(raw)
         matched = self.m.line_set.Match(line.text)
         if not matched:
-            return
+            return None
         line.n, line.file = n, name
         if len(line.text) > MAX_TEXT:
             line.text = line.text[:MAX_TEXT] + " ..."
-        fallback_hit = False
         for idx in matched:
             if idx in self.m.fallback:
-                fallback_hit = True
+                line.fallback = True
+                continue
             hits = self.hits.get(idx)
             if hits is None:
                 hits = self.hits[idx] = _Hits()
             hits.add(line)
-        if fallback_hit:
-            self.fallback.append(line)
+        return line
+
+    def fallback_lines(self) -> list[Line]:
+        """The last error-looking lines, verified exactly now (the prefilter over-reports)."""
+        out = []
+        for n, name, raw in self.fallback_raw:
+            line = clean_line(raw)
+            if self.m.line_set.Match(line.text):
+                line.n, line.file = n, name
+                if len(line.text) > MAX_TEXT:
+                    line.text = line.text[:MAX_TEXT] + " ..."
+                out.append(line)
+        return out
 
     # ----------------------------------------------------------------------------------------
     # Verdict
@@ -379,7 +428,8 @@ class Scan:
     def report(self, sources: list[str], all: bool = False) -> Report:
         ranked = self.findings()
         shown = ranked if all else [f for f in ranked if f.subsumed_by is None]
-        return Report(sources, shown, [] if shown else list(self.fallback), self.bytes_read,
+        look_at = [] if shown else self.fallback_lines()[-FALLBACK_KEEP:]
+        return Report(sources, shown, look_at, self.bytes_read,
                       self.lines_read, self.truncated)
 
 

@@ -1,0 +1,118 @@
+"""Block prefilters: where in a block of log bytes might any catalog pattern match?
+
+`candidates(view)` returns sorted (byte offset, pattern index or -1) pairs: some pattern matched
+at or near that offset of the block; the caller re-checks each such line exactly with RE2. A prefilter may over-report, never
+under-report. Two engines, same contract:
+
+- Hyperscan (Vectorscan) when installed: all patterns in one multi-pattern automaton, compiled
+  with HS_FLAG_PREFILTER (a superset of each pattern, still linear time). Compiling a catalog takes
+  seconds, so the database is cached, keyed by the patterns, under ~/.cache/verl-doctor.
+- Otherwise RE2: the alternation of all patterns, searched block by block (slower, still linear).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import re2
+
+# A trailing unbounded repeat makes an automaton report every byte it extends over; the prefilter
+# drops it (a superset) and the exact RE2 check on the line restores it.
+_TRAILING_REPEAT = re.compile(r"(?:\.|\\[wdsSWD]|\[(?:\\.|[^\]\\])*\])(?:[*+]|\{\d*,\d*\})\??$")
+
+
+def _prefilter_form(pattern: str) -> str:
+    while True:
+        m = _TRAILING_REPEAT.search(pattern)
+        if not m or m.start() == 0 or pattern[m.start() - 1] == "\\":
+            return pattern
+        token = m.group(0)
+        # `x+` needs one x: keep the token once; `x*`, `x{0,n}` need none.
+        keep = token.rstrip("?").rstrip("*+")
+        if token.rstrip("?").endswith("*") or re.search(r"\{0?,", token):
+            keep = ""
+        else:
+            keep = re.sub(r"\{\d*,\d*\}$", "", keep)
+        pattern = pattern[: m.start()] + keep
+        if keep:
+            return pattern
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "verl-doctor"
+
+
+class HyperscanPrefilter:
+    def __init__(self, patterns: list[str]):
+        import hyperscan
+
+        self._hs = hyperscan
+        exprs = [_prefilter_form(p).encode() for p in patterns]
+        key = hashlib.sha256(b"\0".join(exprs) + hyperscan.__version__.encode()).hexdigest()[:24]
+        self.db = self._load(key) or self._compile(exprs, key)
+        self._ends: list[int] = []
+        self._scratch = hyperscan.Scratch(self.db)
+
+    def _load(self, key: str):
+        path = cache_dir() / f"hs-{key}.db"
+        try:
+            return self._hs.loadb(path.read_bytes(), self._hs.HS_MODE_BLOCK)
+        except Exception:  # absent, unreadable or from another build: compile afresh
+            return None
+
+    def _compile(self, exprs: list[bytes], key: str):
+        hs = self._hs
+        db = hs.Database(mode=hs.HS_MODE_BLOCK)
+        flags = [hs.HS_FLAG_PREFILTER | hs.HS_FLAG_ALLOWEMPTY] * len(exprs)
+        db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs), flags=flags)
+        try:  # cache it, atomically: a concurrent doctor never reads half a file
+            d = cache_dir()
+            d.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=d, prefix=".hs-")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(hs.dumpb(db))
+            os.replace(tmp, d / f"hs-{key}.db")
+        except OSError:
+            pass
+        return db
+
+    def candidates(self, view: memoryview) -> list[tuple[int, int]]:
+        hits: list[tuple[int, int]] = []
+        append = hits.append
+        # an end offset points just past the match: step back inside the line it ends
+        self.db.scan(view, match_event_handler=lambda i, _f, to, _fl, _c: append((to - 1, i)),
+                     scratch=self._scratch)
+        hits.sort()
+        return hits
+
+
+class Re2Prefilter:
+    def __init__(self, patterns: list[str]):
+        opts = re2.Options()
+        opts.max_mem = 64 << 20
+        self.rx = re2.compile("|".join(f"(?:{p})" for p in patterns).encode(), opts)
+
+    def candidates(self, view: memoryview) -> list[tuple[int, int]]:
+        data = bytes(view)
+        out, pos, end = [], 0, len(data)
+        while pos < end:
+            m = self.rx.search(data, pos, end)
+            if m is None:
+                break
+            out.append((m.start(), -1))  # -1: which pattern is left to the exact check
+            nl = data.find(b"\n", m.start())
+            pos = end if nl < 0 else nl + 1
+        return out
+
+
+def make_prefilter(patterns: list[str]):
+    if os.environ.get("DOCTOR_PREFILTER") != "re2":
+        try:
+            return HyperscanPrefilter(patterns)
+        except ImportError:
+            pass
+    return Re2Prefilter(patterns)
