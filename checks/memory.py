@@ -1,0 +1,191 @@
+"""Memory (category `memory`): will the colocated GRPO job fit in device memory?
+
+The estimate itself (formula in its docstring) is `checks.plan.memory_estimate`; this module finds
+its inputs (the model's config.json, the device memory) and turns the result into a finding: fail
+above capacity, warn above 90%, with the top contributors and the cheapest knobs that bring it under.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from checks.model import Finding
+from checks.registry import check
+
+WARN_RATIO = 0.9
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)?\s*$", re.I)
+_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, "mib": 2**20,
+          "g": 2**30, "gb": 2**30, "gib": 2**30, "t": 2**40, "tb": 2**40, "tib": 2**40}
+
+
+class SizeError(ValueError):
+    pass
+
+
+def parse_size(text: str | int) -> int:
+    """'64GiB', '64GB', '65536MiB', '68719476736' -> bytes. Device HBM is quoted in GB = GiB."""
+    if isinstance(text, int):
+        return text
+    m = _SIZE.match(str(text))
+    if not m or (m.group(2) or "").lower() not in _UNITS:
+        raise SizeError(f"not a memory size: {text!r} (try 64GiB)")
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+
+
+def device_table() -> list[dict]:
+    from knowledge import load_toml
+
+    return load_toml("devices.toml")["device"]
+
+
+def lookup_device(name: str) -> dict | None:
+    """The device table entry whose name or alias is in `name` (longest match wins: 910B4-1 > 910B4)."""
+    wanted = name.lower().replace(" ", "")
+    best, best_len = None, 0
+    for entry in device_table():
+        for alias in [entry["name"], *entry.get("aliases", [])]:
+            a = alias.lower().replace(" ", "")
+            if (a == wanted or a in wanted) and len(a) > best_len:
+                best, best_len = entry, len(a)
+    return best
+
+
+def smi_memory(timeout: float = 10.0) -> tuple[int, str] | None:
+    """Per-device memory reported by nvidia-smi or npu-smi, when one is installed here."""
+    if shutil.which("nvidia-smi"):
+        out = _run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"], timeout)
+        rows = [r.rsplit(",", 1) for r in out.splitlines() if "," in r]
+        sizes = [(int(float(mb)) * 2**20, name.strip()) for name, mb in rows if mb.strip().isdigit()]
+        if sizes:
+            size, name = min(sizes)
+            return size, f"nvidia-smi ({name})"
+    if shutil.which("npu-smi"):
+        out = _run(["npu-smi", "info"], timeout)
+        # chip rows end with "<HBM used> / <HBM total> |"
+        totals = [int(t) for t in re.findall(r"\d+\s*/\s*(\d+)\s*\|\s*$", out, re.M) if int(t) > 1024]
+        if totals:
+            return min(totals) * 2**20, "npu-smi info (HBM)"
+    return None
+
+
+def _run(argv: list[str], timeout: float) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def device_memory(option: str | None = None, device: str | None = None,
+                  timeout: float = 10.0) -> tuple[int | None, str]:
+    """(bytes per device, where the number came from). An explicit --device-memory wins, then a
+    named device from the table, then what the smi tool on this machine reports."""
+    if option:
+        found = lookup_device(option) if not _SIZE.match(option) else None
+        if found:
+            return found["memory_gib"] * 2**30, f"device table: {found['name']} ({found['source']})"
+        return parse_size(option), "--device-memory"
+    if device:
+        found = lookup_device(device)
+        if found:
+            return found["memory_gib"] * 2**30, f"device table: {found['name']} ({found['source']})"
+    measured = smi_memory(timeout)
+    if measured:
+        size, source = measured
+        return size, source
+    return None, "unknown (no nvidia-smi / npu-smi here; pass --device-memory 64GiB or a device name such as 910B3)"
+
+
+def model_config(path: str | None, cwd: Path) -> tuple[dict | None, str]:
+    """The HF config.json of the actor model (a directory or the file itself)."""
+    if not path:
+        return None, "no actor_rollout_ref.model.path"
+    p = Path(os.path.expanduser(str(path)))
+    p = p if p.is_absolute() else cwd / p
+    f = p / "config.json" if p.is_dir() else p
+    try:
+        return json.loads(f.read_text()), str(f)
+    except FileNotFoundError:
+        return None, f"{f} not found on this machine"
+    except (OSError, ValueError) as exc:
+        return None, f"{f}: {exc}"
+
+
+def estimate_for(ctx):
+    """(MemoryEstimate or None, notes) for the launch of a check context."""
+    from checks.plan import memory_estimate
+    from checks.verl_config import session
+
+    sess = session(ctx)
+    composed = sess.composed
+    if composed.config is None:
+        return None, "the config did not compose (see config findings)"
+    cfg = composed.flat
+    mcfg, where = model_config(cfg.get("actor_rollout_ref.model.path"), ctx.cwd)
+    if mcfg is None:
+        return None, f"model config: {where}"
+    try:
+        capacity, cap_source = device_memory(ctx.options.get("device_memory"), ctx.options.get("device"),
+                                             timeout=ctx.timeout)
+    except SizeError as exc:
+        return None, str(exc)
+    try:
+        est = memory_estimate(cfg, mcfg, capacity)
+    except (KeyError, TypeError, ValueError) as exc:
+        return None, f"{where}: cannot read the model shape ({type(exc).__name__}: {exc})"
+    return est, cap_source
+
+
+def describe(est) -> str:
+    from checks.plan import gib
+
+    top = ", ".join(f"{k} {gib(v)}" for k, v in list(est.parts.items())[:4])
+    head = f"peak {gib(est.total)} per device in phase `{est.peak_phase}`"
+    if est.capacity:
+        head += f" of {gib(est.capacity)} ({est.ratio:.0%})"
+    return f"{head}; top: {top}"
+
+
+def fixes(est) -> str:
+    lines = []
+    for s in est.suggestions:
+        from checks.plan import gib
+
+        lines.append(" ".join(s["overrides"]) + f"   # -> {gib(s['total'])}")
+    return "\n".join(lines)
+
+
+@check("memory.estimate", "memory", "Device memory for the GRPO job (estimate)")
+def check_memory(ctx):
+    if ctx.launch is None:
+        return [Finding("memory.estimate", "memory", "skip", "Device memory for the GRPO job (estimate)",
+                        "no launch given (doctor check -- bash run.sh)")]
+    est, note = estimate_for(ctx)
+    title = "Device memory for the GRPO job (estimate)"
+    if est is None:
+        return [Finding("memory.estimate", "memory", "skip", title, note)]
+    evidence = {**est.to_dict(), "capacity_source": note}
+    if est.capacity is None:
+        return [Finding("memory.estimate", "memory", "pass", title,
+                        describe(est) + f"; device memory {note}", evidence=evidence)]
+    if not est.fits:
+        fix = fixes(est) or "no single knob is enough: use more devices (trainer.n_gpus_per_node / nnodes) or a smaller model"
+        return [Finding("memory.estimate", "memory", "fail", "Estimated peak exceeds device memory",
+                        describe(est), fix, evidence)]
+    if est.ratio > WARN_RATIO:
+        from checks.plan import suggestions
+
+        cfg_fix = suggestions(ctx.__dict__["_config_session"].composed.flat, _mcfg(ctx),
+                              int(est.capacity * WARN_RATIO))
+        fix = "\n".join(" ".join(s["overrides"]) for s in cfg_fix)
+        return [Finding("memory.estimate", "memory", "warn", "Estimated peak above 90% of device memory",
+                        describe(est), fix, evidence)]
+    return [Finding("memory.estimate", "memory", "pass", title, describe(est), evidence=evidence)]
+
+
+def _mcfg(ctx) -> dict:
+    sess = ctx.__dict__["_config_session"]
+    return model_config(sess.composed.get("actor_rollout_ref.model.path"), ctx.cwd)[0] or {}
