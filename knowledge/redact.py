@@ -242,8 +242,25 @@ def redact_mapping(obj: Any, env: Mapping[str, Any] | None = None) -> Any:
 _IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)")
 _IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
 _HOME = re.compile(r"(?P<root>/home/|/Users/)(?P<user>[A-Za-z0-9._-]+)")
-# Users whose names identify nobody and are ordinary words in logs.
-_SYSTEM_USERS = frozenset({"root", "nobody", "daemon", "ubuntu", "user", "admin", "runner"})
+
+
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_DOMAIN = re.compile(rf"(?<![\w.-]){_LABEL}(?:\.{_LABEL})+(?![\w-])")
+
+
+@lru_cache(maxsize=1)
+def _anon_rules() -> tuple[frozenset[str], re.Pattern, frozenset[str]]:
+    data = load_toml("secrets.toml")["anonymize"]
+    return (frozenset(data["private_labels"]), re.compile(data["host_variables"], re.IGNORECASE),
+            frozenset(data["system_users"]))
+
+
+def _private_domains(text: str) -> Iterable[str]:
+    private = _anon_rules()[0]
+    for m in _DOMAIN.finditer(text):
+        labels = m.group(0).lower().split(".")
+        if any(label in private for label in labels[1:]):
+            yield m.group(0)
 
 
 class Anonymizer:
@@ -273,6 +290,11 @@ class Anonymizer:
         m = _HOME.match(home)
         if m:
             users.add(m.group("user"))
+        _private, host_var, _system = _anon_rules()
+        for name, value in env.items():
+            if host_var.search(name) and value:
+                for item in re.split(r"[,\s]+", value):
+                    hosts.add(re.sub(r":\d+$", "", item.split("://")[-1].split("/")[0]))
         return cls(hosts, users)
 
     def _placeholder(self, kind: str, value: str) -> str:
@@ -284,7 +306,8 @@ class Anonymizer:
 
     def add_host(self, name: str) -> None:
         name = (name or "").strip()
-        if not name or name in ("localhost", "localhost.localdomain") or _is_ip(name):
+        if (not name or name in ("localhost", "localhost.localdomain") or _is_ip(name)
+                or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]*", name)):
             return
         placeholder = self._placeholder("host", name.split(".")[0])
         for variant in {name, name.split(".")[0]}:
@@ -295,7 +318,7 @@ class Anonymizer:
 
     def add_user(self, name: str) -> None:
         name = (name or "").strip()
-        if len(name) < 2 or name in _SYSTEM_USERS:
+        if len(name) < 2 or name in _anon_rules()[2]:
             return
         self._placeholder("user", name)
         self._users.add(name)
@@ -330,6 +353,8 @@ class Anonymizer:
             return text
         for m in _HOME.finditer(text):
             self.add_user(m.group("user"))
+        for domain in _private_domains(text):
+            self.add_host(domain)
         text = _IPV4.sub(lambda m: self._ip(m.group(0)), text)
         text = _IPV6.sub(lambda m: self._ip(m.group(0)) if m.group(0).count(":") >= 2 else m.group(0), text)
         words = self._words()
