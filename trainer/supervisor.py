@@ -128,17 +128,21 @@ class ReferenceEngine(Engine):
     name = "reference"
     module = "trainer.main_grpo"
 
-    def defaults(self) -> dict[str, Any]:
+    @staticmethod
+    def _keys() -> dict:
         try:
-            from trainer import config as ref_config
+            from trainer.config import KEYS
         except ImportError:
             return {}
-        table = getattr(ref_config, "DEFAULTS", None)
-        return dict(table) if isinstance(table, dict) else {}
+        return KEYS
+
+    def defaults(self) -> dict[str, Any]:
+        return {key: spec.default for key, spec in self._keys().items()}
 
     def supports(self, key: str) -> bool:
-        known = self.defaults()
-        return not known or key in known
+        """A knob the reference trainer acts on (verl's engine-only keys are accepted, inert)."""
+        spec = self._keys().get(key)
+        return spec is not None and spec.effect
 
 
 def engine_from_spec(spec: dict[str, Any]) -> Engine:
