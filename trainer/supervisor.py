@@ -114,6 +114,12 @@ class Engine:
     def supports(self, key: str) -> bool:
         return True
 
+    def config(self, overrides: list[str]) -> dict[str, Any]:
+        """The effective configuration of a launch with `overrides`, by dotted key."""
+        cfg = dict(self.defaults())
+        cfg.update(parse_overrides(overrides).as_dict())
+        return cfg
+
     def spec(self) -> dict[str, Any]:
         return {"engine": self.name, "overrides": self.base_overrides, "cwd": str(self.cwd),
                 "python": self.python}
@@ -295,7 +301,8 @@ class Options:
     node_probe_s: float = 10.0
     preflight: bool = True
     echo: TextIO | None = None  # where the child's output and our notes go (None: stdout)
-    fits: Callable[[dict], bool | None] | None = None  # memory estimate, when one is available
+    device_memory: int | None = None  # bytes per device: enables the memory estimate
+    fits: Callable[[dict], bool | None] | None = None  # or give the estimate directly
 
 
 class Interrupted(Exception):
@@ -357,9 +364,28 @@ class Supervisor:
 
     # -- never lose work -------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
-        cfg = dict(self.engine.defaults())
-        cfg.update(parse_overrides(self.overrides).as_dict())
-        return cfg
+        return self.engine.config(self.overrides)
+
+    def memory_fits(self) -> Callable[[dict], bool | None] | None:
+        """The memory estimate as a yes/no for a candidate config, when the device size is known."""
+        if self.opt.fits is not None or not self.opt.device_memory:
+            return self.opt.fits
+        try:
+            from checks.plan import memory_estimate
+
+            model = Path(str(self.config().get("actor_rollout_ref.model.path", ""))).expanduser()
+            model = model if model.is_absolute() else self.engine.cwd / model
+            model_config = json.loads((model / "config.json").read_text())
+        except (ImportError, OSError, ValueError):
+            return None
+
+        def fits(cfg: dict) -> bool | None:
+            try:
+                return memory_estimate(cfg, model_config, self.opt.device_memory, suggest=False).fits
+            except Exception:  # an estimate that cannot be made says nothing
+                return None
+
+        return fits
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -455,7 +481,7 @@ class Supervisor:
             attempt.decision, attempt.reason = "stop", f"retry budget spent ({self.opt.max_retries})"
         elif action == "downshift":
             shift = downshift.next_downshift(diagnosis.phase, self.config(), self.engine.name,
-                                             supported=self.engine.supports, fits=self.opt.fits)
+                                             supported=self.engine.supports, fits=self.memory_fits())
             if not shift:
                 attempt.decision = "stop"
                 attempt.reason = f"out of memory in {shift.phase} and its ladder is at the bottom"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ class VerlEngine(Engine):
         self.module = module
         self.script = script
         self.script_args = list(script_args or [])
+        self._composed: dict[tuple[str, ...], dict[str, Any]] = {}
 
     @classmethod
     def from_script(cls, script: str | os.PathLike, args: list[str] | None = None,
@@ -64,18 +64,20 @@ class VerlEngine(Engine):
                    script_args=self.script_args, launch_cwd=os.getcwd())
         return out
 
-    @cached_property
-    def _defaults(self) -> dict[str, Any]:
-        """verl's own defaults for every key (composed by the config engine), {} if unavailable."""
+    def config(self, overrides: list[str]) -> dict[str, Any]:
+        """verl's composed config with `overrides` (interpolations resolved: a rollout key that
+        follows an actor key follows it here too); without the config engine, the overrides."""
+        key = tuple(overrides)
+        if key not in self._composed:
+            self._composed[key] = self._compose(overrides)
+        return dict(self._composed[key])
+
+    def _compose(self, overrides: list[str]) -> dict[str, Any]:
         try:
             from checks.verl_config import effective_config
-        except ImportError:
-            return {}
-        try:
-            launch = parse_launch([self.python, "-m", self.module], cwd=self.cwd, environ=self.env)
-            return dict(effective_config(launch) or {})
-        except Exception:  # a missing default only makes a rung skip; never a crash here
-            return {}
 
-    def defaults(self) -> dict[str, Any]:
-        return self._defaults
+            launch = parse_launch([self.python, "-m", self.module, *overrides], cwd=self.cwd,
+                                  environ=self.env)
+            return dict(effective_config(launch) or {})
+        except Exception:  # a missing value only makes a rung skip; never a crash here
+            return super().config(overrides)

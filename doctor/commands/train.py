@@ -49,26 +49,37 @@ def _engine(engine: str, script: str | None, overrides: list[str], python: str |
 @click.option("--no-preflight", is_flag=True, help="Launch without running doctor check first.")
 @click.option("--node-wait", type=float, default=300.0, show_default=True,
               help="Seconds to wait for lost Ray nodes before giving up.")
+@click.option("--device-memory", default=None, metavar="SIZE",
+              help="Memory per device (e.g. 64GiB): lets the memory estimate skip ladder steps "
+                   "that cannot fit.")
 @click.option("--python", "python", default=None, help="Interpreter for the job (default: this one).")
 @click.option("--json", "as_json", is_flag=True, help="JSON summary on stdout (schema doctor.train/v1); "
               "the job's output goes to stderr.")
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
 def command(auto_tune, engine, max_retries, run_dir, script, resume_dir, no_preflight, node_wait,
-            python, as_json, overrides):
+            device_memory, python, as_json, overrides):
     """Run a GRPO job (OVERRIDES in verl's key=value syntax), and with --auto-tune keep it going.
 
     With no script and no overrides: the embedded default task on the reference engine."""
     from trainer.supervisor import Options, Supervisor, SupervisorError, render_table
 
+    from trainer.config import parse_bytes
+
     echo = sys.stderr if as_json else sys.stdout
+    try:
+        memory = parse_bytes(device_memory) if device_memory else None
+    except Exception:
+        memory = None
+    if device_memory and not memory:
+        raise DoctorError(f"--device-memory {device_memory}: not a size (e.g. 64GiB)")
     options = Options(max_retries=max_retries, auto_tune=auto_tune, node_wait_s=node_wait,
-                      preflight=not no_preflight, echo=echo)
+                      preflight=not no_preflight, echo=echo, device_memory=memory)
     overrides = [o for o in overrides if o != "--"]
     try:
         if resume_dir:
             if script or overrides:
                 raise DoctorError("--resume takes the run directory only (its launch is recorded there)")
-            options.node_wait_s = node_wait
+            options.node_wait_s, options.device_memory = node_wait, memory
             sup = Supervisor.resume(Path(resume_dir), options)
             if sup.status == "succeeded":
                 echo.write(f"doctor: {resume_dir} already finished\n")
