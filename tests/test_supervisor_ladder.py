@@ -132,3 +132,14 @@ def test_set_override_rewrites_in_place_and_keeps_the_prefix():
     assert out[-1].endswith("enable_gradient_checkpointing=true")
     assert override_delta(base, out) == ["data.source=math", A + "actor.ppo_micro_batch_size_per_gpu=2",
                                          A + "model.enable_gradient_checkpointing=true"]
+
+
+def test_rule_exceptions_name_real_rules():
+    from knowledge.catalog import rule_by_id
+
+    for rule_id, action in downshift.policy()["by_rule"].items():
+        assert action in ("downshift", "wait_retry", "retry_once", "stop")
+        rule = rule_by_id(rule_id)
+        assert rule is not None, f"downshift.toml names unknown rule {rule_id}"
+        assert downshift.action_for(rule.category, rule_id) == action
+    assert downshift.action_for("network", "nccl-watchdog-timeout") == "wait_retry"

@@ -86,7 +86,11 @@ def policy() -> dict:
     return load_toml("downshift.toml")["policy"]
 
 
-def action_for(category: str | None) -> str:
+def action_for(category: str | None, rule: str | None = None) -> str:
+    """downshift | wait_retry | retry_once | stop: by rule where the rule says, else by category."""
+    by_rule = policy().get("by_rule", {})
+    if rule in by_rule:
+        return by_rule[rule]
     table = policy()["on_failure"]
     return table.get(category or "unknown", table["unknown"])
 

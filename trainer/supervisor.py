@@ -471,7 +471,7 @@ class Supervisor:
             self.save()
 
     def _decide(self, attempt: Attempt, diagnosis: Diagnosis) -> None:
-        action = downshift.action_for(diagnosis.category)
+        action = downshift.action_for(diagnosis.category, diagnosis.rule)
         retries_used = sum(a.decision in ("downshift", "retry") for a in self.attempts[:-1])
         if action == "stop":
             attempt.decision, attempt.reason = "stop", f"a {diagnosis.kind} failure: a relaunch cannot fix it"
@@ -496,7 +496,8 @@ class Supervisor:
         else:  # retry_once
             before = self.attempts[-2] if len(self.attempts) > 1 else None
             again = before is not None and before.decision == "retry" and \
-                downshift.action_for((before.diagnosis or {}).get("category")) == "retry_once"
+                downshift.action_for((before.diagnosis or {}).get("category"),
+                                     (before.diagnosis or {}).get("rule")) == "retry_once"
             if again:
                 attempt.decision, attempt.reason = "stop", f"{diagnosis.kind} failure again after an unchanged retry"
             else:
