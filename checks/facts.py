@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -42,7 +43,7 @@ PATH_KEYS = {
 def stack_packages() -> dict[str, list[str]]:
     from knowledge import load_toml
 
-    return dict(load_toml("versions.toml")["packages"])
+    return dict(load_toml("stack.toml")["packages"])
 
 
 def probe_request(ctx) -> dict:
@@ -64,7 +65,7 @@ def start_probe(ctx) -> subprocess.Popen | dict:
         return subprocess.Popen(
             [ctx.python, "-c", PROBE_SOURCE.read_text(), json.dumps(probe_request(ctx))],
             cwd=str(ctx.cwd), env=ctx.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL, text=True)
+            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
     except OSError as exc:
         return {"ok": False, "error": f"cannot run {ctx.python}: {exc.strerror or exc}"}
 
@@ -76,7 +77,11 @@ def finish_probe(proc, timeout: float) -> dict:
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        # Kill the whole group: a wrapper script's children would keep the pipes open.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            proc.kill()
         proc.communicate()
         return {"ok": False, "error": f"the interpreter did not answer within {timeout:g} s "
                                       "(a hanging sitecustomize, .pth import or filesystem)"}
@@ -265,6 +270,9 @@ def gather_facts(ctx) -> dict:
         "python_requested": ctx.python,
         "doctor_python": sys.executable,
     }
+    from knowledge import load_toml
+
+    load_toml("versions.toml")  # parse the matrix the checks need while the probe still runs
     facts["probe"] = finish_probe(proc, ctx.timeout)
     return facts
 

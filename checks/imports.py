@@ -144,7 +144,7 @@ def duplicates(ctx):
         if len(dists) > 1:
             lines += [f"{d.get('name')} {d.get('version')} metadata at {d.get('metadata')}" for d in dists]
         out.append(_finding(
-            ctx, "imports.duplicates", "warn", f"More than one copy of {name} on the path",
+            ctx, "imports.duplicates", "fail", f"More than one copy of {name} on the path",
             f"`import {name}` loads the installed {win}; also on the path: " + "; ".join(lines)
             + (f" (versions {', '.join(versions)})" if len(versions) > 1 else "")
             + ". A launch from another directory or with another PYTHONPATH can pick the other one.",

@@ -23,7 +23,7 @@ STACK = ("python", "torch", "torch_npu", "vllm", "vllm_ascend", "verl", "transfo
 def matrix() -> dict:
     from knowledge import load_toml
 
-    return load_toml("versions.toml")
+    return {**load_toml("versions.toml"), **load_toml("stack.toml")}
 
 
 def _finding(ctx, id, status, title, message="", fix="", evidence=None) -> Finding:

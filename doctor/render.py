@@ -44,7 +44,9 @@ def to_json(results: list[CheckResult], strict: bool = False) -> str:
 
 
 def _worst(findings: list[Finding]) -> str:
-    return max(findings, key=lambda f: f.severity).status if findings else "pass"
+    """The mark of an area: its worst problem; skips only when nothing in it ran."""
+    ran = [f for f in findings if f.status != "skip"] or findings
+    return max(ran, key=lambda f: f.severity).status if ran else "pass"
 
 
 def to_human(results: list[CheckResult], verbose: bool = False, strict: bool = False,

@@ -1,0 +1,144 @@
+"""versions: the stack judged against knowledge/versions.toml, read without importing anything.
+Each test lays out a real interpreter whose site-packages holds the stack's dist-info (as pip
+writes it) and an Ascend install tree found through ASCEND_HOME_PATH, like a real image."""
+from __future__ import annotations
+
+import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from tests.lab.ascend import lay_cann, lay_driver, sourced_env
+from tests.lab.pyenv import SEED_STACK, lay_dist, lay_stack, make_venv
+from tests.lab.run import check_json, clean_env, problems
+
+
+def _image(tmp_path, stack=SEED_STACK, cann="8.3.RC1", torch_cuda=None, driver="25.3.rc1", **fw):
+    """An interpreter with `stack` installed and a CANN + driver tree (sourced env returned)."""
+    python, site = make_venv(tmp_path / "env")
+    lay_stack(site, stack, torch_cuda=torch_cuda)
+    root = tmp_path / "ascend"
+    if cann:
+        lay_cann(root, cann)
+    if driver:
+        lay_driver(root, driver, **fw)
+    env = clean_env(**sourced_env(root)) if cann else clean_env(DOCTOR_ASCEND_ROOT=str(root))
+    return python, site, root, env
+
+
+def _versions(python, env, tmp_path):
+    return check_json("--python", str(python), "--cwd", str(tmp_path), "--only", "versions,imports", env=env)
+
+
+def test_seed_article_image_is_a_known_good_set(tmp_path):
+    """CANN 8.3.RC1, torch/torch_npu 2.7.1, vllm 0.11.0, vllm-ascend 0.11.0rc1, verl 0.7.0.dev0."""
+    python, _, _, env = _image(tmp_path)
+    rc, doc, found = _versions(python, env, tmp_path)
+    assert rc == 0, problems(doc)
+    assert not problems(doc, ("fail", "warn"))
+    have = found["versions.stack"][0]["evidence"]["installed"]
+    assert have["cann"] == "8.3.RC1" and have["torch_npu"] == "2.7.1" and have["vllm_ascend"] == "0.11.0rc1"
+    for cid in ("versions.torch_npu", "versions.vllm_ascend", "versions.verl", "versions.cann_env",
+                "versions.driver"):
+        assert [f["status"] for f in found[cid]] == ["pass"], cid
+
+
+def test_cann_that_does_not_match_torch_npu_fails_with_the_nearest_set(tmp_path):
+    python, _, _, env = _image(tmp_path, cann="8.0.0", driver=None)
+    rc, doc, found = _versions(python, env, tmp_path)
+    assert rc == 1
+    f = next(f for f in found["versions.torch_npu"] if "CANN" in f["title"])
+    assert f["status"] == "fail" and "8.0.0" in f["title"] and "torch_npu 2.7.1" in f["title"]
+    assert "8.3.RC1" in f["message"]
+    # The installed CANN is the hardest thing to change: the nearest set keeps it.
+    assert "cann 8.0.0" in f["fix"] and "pip install" in f["fix"]
+    va = next(f for f in found["versions.vllm_ascend"] if "CANN" in f["title"])
+    assert va["status"] == "fail"
+
+
+def test_cann_of_the_same_line_is_a_warning(tmp_path):
+    python, _, _, env = _image(tmp_path, cann="8.3.RC2", driver=None)
+    rc, doc, found = _versions(python, env, tmp_path)
+    f = next(f for f in found["versions.vllm_ascend"] if "CANN" in f["title"])
+    assert f["status"] == "warn"
+
+
+def test_torch_that_torch_npu_was_not_built_for_fails(tmp_path):
+    stack = dict(SEED_STACK, torch="2.8.0+cpu")
+    python, _, _, env = _image(tmp_path, stack=stack, driver=None)
+    rc, doc, found = _versions(python, env, tmp_path)
+    assert rc == 1
+    f = found["versions.torch_npu"][0]
+    assert f["status"] == "fail" and "torch 2.8.0+cpu" in f["title"] and "pip install torch==2.7.1" in f["fix"]
+
+
+def test_cuda_torch_beside_torch_npu_fails(tmp_path):
+    stack = dict(SEED_STACK, torch="2.7.1+cu121")
+    python, _, _, env = _image(tmp_path, stack=stack, torch_cuda="12.1", driver=None)
+    rc, doc, found = _versions(python, env, tmp_path)
+    (f,) = found["versions.builds"]
+    assert f["status"] == "fail" and "cuda" in f["title"]
+    assert "download.pytorch.org/whl/cpu" in f["fix"]
+
+
+def test_cann_installed_but_set_env_not_sourced(tmp_path):
+    python, site = make_venv(tmp_path / "env")
+    lay_stack(site, SEED_STACK)
+    root = tmp_path / "ascend"
+    lay_cann(root, "8.3.RC1")
+    env = clean_env(DOCTOR_ASCEND_ROOT=str(root))  # installed at the default place, not sourced
+    rc, doc, found = _versions(python, env, tmp_path)
+    assert rc == 1
+    (f,) = found["versions.cann_env"]
+    assert f["status"] == "fail" and "ASCEND_HOME_PATH" in f["message"] and "ASCEND_OPP_PATH" in f["message"]
+    assert f["fix"] == f"source {root}/ascend-toolkit/set_env.sh"
+
+
+def test_verl_too_old_for_the_vllm_it_finds(tmp_path):
+    python, site = make_venv(tmp_path / "env")
+    for dist, v in (("verl", "0.6.1"), ("vllm", "0.12.0"), ("torch", "2.9.0")):
+        lay_dist(site, dist, v)
+    rc, doc, found = _versions(python, clean_env(DOCTOR_ASCEND_ROOT=str(tmp_path)), tmp_path)
+    assert rc == 1
+    (f,) = found["versions.verl"]
+    assert f["status"] == "fail" and "too old" in f["title"] and "pip install verl==0.8.0" in f["fix"]
+
+
+def test_firmware_outside_the_drivers_range_fails(tmp_path):
+    python, _, root, env = _image(tmp_path, firmware="7.8.0.1.100", fw_range="[7.0.0,7.7.99]")
+    rc, doc, found = _versions(python, env, tmp_path)
+    f = next(f for f in found["versions.driver"] if f["status"] != "pass")
+    assert f["status"] == "fail" and "7.8.0.1.100" in f["title"]
+
+
+def test_every_matrix_row_has_a_source_and_parses():
+    from knowledge import load_toml
+
+    m = load_toml("versions.toml")
+    for table in ("torch_npu", "vllm_ascend", "verl", "cann", "unsupported"):
+        assert m[table], table
+        for row in m[table]:
+            assert row.get("source"), row
+            if "version" in row and table != "cann":
+                Version(row["version"])
+            for key in ("python", "transformers"):
+                if key in row:
+                    SpecifierSet(row[key])
+            if table == "verl":
+                SpecifierSet(row["vllm"])
+            if table == "vllm_ascend":
+                for v in row["vllm"] + row["torch_npu"] + [row["torch"]]:
+                    Version(v)
+
+
+@pytest.mark.parametrize("row_index", range(3))
+def test_documented_vllm_ascend_sets_pass_their_own_judgement(tmp_path, row_index):
+    """Data and code agree: a recent documented vllm-ascend set laid out for real passes."""
+    from knowledge import load_toml
+
+    row = [r for r in load_toml("versions.toml")["vllm_ascend"]
+           if SpecifierSet(r["python"]).contains("3.11")][row_index]
+    stack = {"torch": f"{row['torch']}+cpu", "torch_npu": row["torch_npu"][0], "vllm": row["vllm"][0],
+             "vllm-ascend": row["version"]}
+    python, _, _, env = _image(tmp_path, stack=stack, cann=row["cann"][0], driver=None)
+    rc, doc, found = _versions(python, env, tmp_path)
+    assert not [f for f in problems(doc) if f["id"] in ("versions.vllm_ascend", "versions.torch_npu")], row
