@@ -27,9 +27,9 @@ def _engine(engine: str, script: str | None, overrides: list[str], python: str |
     if engine == "verl":
         return VerlEngine.from_overrides(overrides, python=python)
     if not overrides:
-        from trainer.defaults import EMBEDDED_DEFAULT
+        from trainer.defaults import embedded_default
 
-        overrides = list(EMBEDDED_DEFAULT)
+        overrides = embedded_default()
     return ReferenceEngine(overrides, python=python)
 
 
