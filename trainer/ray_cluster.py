@@ -1,0 +1,113 @@
+"""The Ray cluster the trainer runs on: the one given (RAY_ADDRESS), or a local one it starts.
+
+A local cluster for `trainer.nnodes=2` is two real Ray nodes on this machine (a head and one more
+node, each with its own raylet and resources), so worker placement and the cross-node all-reduce
+take the same code path as on two hosts. Only processes started here are stopped here; `ray stop`
+is never used (it is machine-wide).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+
+@dataclass
+class Placement:
+    node_id: str
+    node_ip: str
+    options: dict  # ray .options(...) for a worker on this node
+
+
+class RayCluster:
+    def __init__(self, nnodes: int, per_node: int, num_cpus: int | None = None):
+        self.nnodes, self.per_node = nnodes, per_node
+        self.num_cpus = num_cpus
+        self._cluster = None
+        self._tmp = None
+        self.local = False
+
+    def __enter__(self) -> "RayCluster":
+        import ray
+
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a stray token in $HOME must not split the cluster
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        address = os.environ.get("RAY_ADDRESS")
+        if ray.is_initialized():
+            pass
+        elif address:
+            ray.init(address=address, log_to_driver=True)
+        else:
+            self._start_local()
+        return self
+
+    def _start_local(self) -> None:
+        import ray
+
+        self.local = True
+        total = self.num_cpus or os.cpu_count() or 1
+        node_cpus = max(self.per_node, total // self.nnodes)
+        self._tmp = tempfile.mkdtemp(prefix="vd-ray-", dir="/tmp")  # short: Ray's socket paths are limited
+        common = {"num_cpus": node_cpus, "include_dashboard": False, "object_store_memory": 100 * 1024 * 1024}
+        if self.nnodes == 1:
+            ray.init(_temp_dir=self._tmp, log_to_driver=True, **common)
+            return
+        from ray.cluster_utils import Cluster
+
+        self._cluster = Cluster(initialize_head=True, connect=False, head_node_args={"temp_dir": self._tmp, **common})
+        for _ in range(self.nnodes - 1):
+            self._cluster.add_node(**common)
+        self._cluster.wait_for_nodes()
+        ray.init(address=self._cluster.address, log_to_driver=True)
+
+    def __exit__(self, *exc) -> None:
+        import ray
+
+        if self._cluster is not None or self.local:
+            ray.shutdown()
+        if self._cluster is not None:
+            self._cluster.shutdown()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def device_kind(self, requested: str, explicit: bool) -> str:
+        """cuda/npu when the cluster has them (or when asked for explicitly), else cpu."""
+        import ray
+
+        resources = ray.cluster_resources()
+        if explicit:
+            return requested
+        if resources.get("GPU"):
+            return "cuda"
+        if resources.get("NPU"):
+            return "npu"
+        return "cpu"
+
+    def placements(self, device: str) -> list[Placement]:
+        """`per_node` workers on each of `nnodes` distinct alive nodes, pinned by node affinity."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        need = {"cuda": "GPU", "npu": "NPU"}.get(device, "CPU")
+        usable = [n for n in nodes if n["Resources"].get(need, 0) >= self.per_node]
+        if len(usable) < self.nnodes:
+            raise RuntimeError(f"trainer.nnodes={self.nnodes} x trainer.n_gpus_per_node={self.per_node} needs "
+                               f"{self.nnodes} Ray nodes with {self.per_node} {need} each; the cluster has "
+                               f"{len(usable)} such node(s) of {len(nodes)} alive")
+        # Head first, then by IP: rank 0 lands on the head node, as in verl.
+        usable.sort(key=lambda n: (not n["Resources"].get("node:__internal_head__"), n["NodeManagerAddress"]))
+        out = []
+        for node in usable[:self.nnodes]:
+            cpus = node["Resources"].get("CPU", 1)
+            per_worker_cpus = max(1, int(cpus // self.per_node)) if device == "cpu" else 1
+            options = {"num_cpus": per_worker_cpus,
+                       "scheduling_strategy": NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)}
+            if device == "cuda":
+                options["num_gpus"] = 1
+            elif device == "npu":
+                options["resources"] = {"NPU": 1}
+            for _ in range(self.per_node):
+                out.append(Placement(node["NodeID"], node["NodeManagerAddress"], options))
+        return out
