@@ -59,3 +59,40 @@ def run_in(layout: Layout, argv: list[str], tmp: Path, env: dict | None = None,
     full_env.update(env or {})
     return subprocess.run(["unshare", "-n", "-u", "-m", "sh", "-c", script], env=full_env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+# Runs inside the namespace: the real checks, once per scenario (an environment and a node count),
+# in one process so that a layout costs one interpreter start.
+_DRIVER = r"""
+import json, sys
+from checks.context import CheckContext
+from checks.registry import all_checks, flatten, run_checks, select
+from checks.launch import parse_launch
+out = []
+for sc in json.loads(sys.argv[1]):
+    launch = parse_launch(sc["launch"], cwd=sc["cwd"]) if sc.get("launch") else None
+    ctx = CheckContext.local(cwd=sc["cwd"], python=sys.executable, launch=launch, nodes=sc.get("nodes"))
+    ctx.env.update(sc.get("env", {}))
+    results = run_checks(select(all_checks(), {"network"}, None), ctx)
+    out.append([f.to_dict() for f in flatten(results)])
+print(json.dumps(out))
+"""
+
+
+def network_findings(layout: Layout, scenarios: list[dict], tmp: Path, env: dict | None = None) -> list[dict]:
+    """For each scenario ({"env": {...}, "nodes": N, "launch": argv, "cwd": dir}), the network
+    findings by id, as the checks see this layout."""
+    import json
+    import sys
+
+    for sc in scenarios:
+        sc.setdefault("cwd", str(tmp))
+    r = run_in(layout, [sys.executable, "-c", _DRIVER, json.dumps(scenarios)], tmp, env=env)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    result = []
+    for findings in json.loads(r.stdout):
+        by: dict[str, list[dict]] = {}
+        for f in findings:
+            by.setdefault(f["id"], []).append(f)
+        result.append(by)
+    return result
