@@ -65,6 +65,7 @@ def build_document(req: ReportRequest) -> tuple[dict, dict]:
             doc["notes"].append(f"{name}: not available ({type(exc).__name__}: {str(exc)[:200]})")
             return None
 
+    defaults = _defaults_in_background() if req.launch else None  # overlaps with the checks
     results = section("checks", lambda: _run_checks(ctx, req.cluster)) or []
     doc["checks"] = _checks_section(results)
     cuts: dict[str, LogCut] = {}
@@ -73,7 +74,7 @@ def build_document(req: ReportRequest) -> tuple[dict, dict]:
     doc["nodes"] = section("versions", lambda: _nodes_section(ctx)) or {}
     doc["version_differences"] = _differences(doc["nodes"])
     doc["launch"] = section("launch", lambda: _launch_section(req.launch))
-    doc["config"] = section("config", lambda: _config_section(ctx)) if req.launch else None
+    doc["config"] = section("config", lambda: _config_section(ctx, defaults)) if req.launch else None
     doc["plan"], doc["memory"] = (section("plan", lambda: _plan_section(ctx, doc["config"], req.device_memory))
                                   or (None, None)) if req.launch else (None, None)
     doc["verdict"] = _verdict(doc)
@@ -194,18 +195,32 @@ def _launch_section(launch) -> dict | None:
             "overrides": list(launch.raw_overrides)}
 
 
-def _config_section(ctx) -> dict:
+def _defaults_in_background():
+    """verl's default config, composed in a thread while the checks run (Hydra is locked inside)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from checks import verl_config
+
+    pool = ThreadPoolExecutor(max_workers=1)
+    future = pool.submit(verl_config.compose_snapshot, [])
+    pool.shutdown(wait=False)
+    return future
+
+
+def _config_section(ctx, defaults_future) -> dict:
     """Only the keys whose value differs from verl's defaults."""
     from checks import verl_config
 
-    sess = verl_config.session(ctx)
-    composed = sess.composed
-    defaults = verl_config.compose_snapshot([], composed.verl_version).flat
-    effective = composed.flat
-    changed = {k: {"value": v, "default": defaults.get(k)} for k, v in sorted(effective.items())
-               if k not in defaults or defaults[k] != v}
-    return {"source": composed.source, "changed": changed,
-            "rejected": [{"override": e.get("override"), "error": e.get("error")} for e in composed.errors],
+    composed = verl_config.session(ctx).composed
+    defaults = defaults_future.result()
+    if defaults.verl_version != verl_config.snapshot_for(composed.verl_version):
+        defaults = verl_config.compose_snapshot([], composed.verl_version)
+    base, effective = defaults.flat, composed.flat
+    changed = {k: {"value": v, "default": base.get(k)} for k, v in sorted(effective.items())
+               if k not in base or base[k] != v}
+    return {"source": composed.source, "defaults": defaults.source, "changed": changed,
+            "rejected": [{"override": e.get("override"), "error": e.get("message") or e.get("type")}
+                         for e in composed.errors],
             "effective": effective}
 
 
@@ -259,8 +274,11 @@ def _verdict(doc: dict) -> dict:
             status = "fail"
         elif log.get("error"):
             lines.append(f"{log['name']}: could not be read")
+        elif log.get("look_at"):  # it failed, in a way no rule knows
+            lines.append(f"{log['name']}: no known failure signature (the error lines are shown)")
+            status = "fail"
         else:
-            lines.append(f"{log['name']}: no known failure signature (the last error lines are shown)")
+            lines.append(f"{log['name']}: no error lines and no known failure signature")
     for f in doc["checks"]["problems"]:
         if f["status"] == "fail":
             on = f" on {f['node']}" if f.get("node") else ""

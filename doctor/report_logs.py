@@ -60,7 +60,7 @@ def _merge(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def cut_log(stream: BinaryIO, name: str, evidence: Iterable[int], context: int = 3, tail: int = 40,
-            max_chars: int = 400) -> LogCut:
+            max_chars: int = 400, block_bytes: int = BLOCK_BYTES) -> LogCut:
     """The lines within `context` of each evidence line, plus the last `tail` lines."""
     cut = LogCut(name, evidence=set(evidence))
     spans = _merge((max(1, n - context), n + context) for n in cut.evidence)
@@ -70,7 +70,7 @@ def cut_log(stream: BinaryIO, name: str, evidence: Iterable[int], context: int =
     recent = b""       # the last bytes seen, whole lines, for the tail
     recent_first = 1   # number of the first line in `recent`
     while True:
-        block = stream.read(BLOCK_BYTES)
+        block = stream.read(block_bytes)
         if not block:
             break
         cut.bytes += len(block)
@@ -87,10 +87,10 @@ def cut_log(stream: BinaryIO, name: str, evidence: Iterable[int], context: int =
                 n = first + i
                 if any(a <= n <= b for a, b in spans):
                     picked[n] = display(raw, max_chars)
-        recent, recent_first = _keep_recent(recent, recent_first, whole, first)
+        recent, recent_first = _keep_recent(recent, recent_first, whole, tail)
         first = last + 1
     if carry:  # a last line without a newline
-        recent, recent_first = _keep_recent(recent, recent_first, carry + b"\n", first)
+        recent, recent_first = _keep_recent(recent, recent_first, carry + b"\n", tail)
         if any(a <= first <= b for a, b in spans):
             picked[first] = display(carry, max_chars)
         first += 1
@@ -103,18 +103,19 @@ def cut_log(stream: BinaryIO, name: str, evidence: Iterable[int], context: int =
     return cut
 
 
-def _keep_recent(recent: bytes, recent_first: int, whole: bytes, first: int) -> tuple[bytes, int]:
-    """Append whole lines to the tail buffer; drop whole lines from its front past the budget."""
-    if len(whole) >= TAIL_KEEP_BYTES:
-        recent, recent_first = b"", first
-        drop_to = whole.find(b"\n", len(whole) - TAIL_KEEP_BYTES)
-        # keep at least the last line even when it alone is over the budget
-        drop_to = whole.rfind(b"\n", 0, len(whole) - 1) if drop_to in (-1, len(whole) - 1) else drop_to
-        dropped = whole.count(b"\n", 0, drop_to + 1)
-        return whole[drop_to + 1:], first + dropped
+def _keep_recent(recent: bytes, recent_first: int, whole: bytes, tail: int) -> tuple[bytes, int]:
+    """Append whole lines to the tail buffer; past the byte budget drop lines from its front, but
+    never any of the last `tail` lines."""
     recent += whole
-    if len(recent) > 2 * TAIL_KEEP_BYTES:
-        drop_to = recent.find(b"\n", len(recent) - TAIL_KEEP_BYTES)
-        recent_first += recent.count(b"\n", 0, drop_to + 1)
-        recent = recent[drop_to + 1:]
-    return recent, recent_first
+    if len(recent) <= 2 * TAIL_KEEP_BYTES:
+        return recent, recent_first
+    pos = len(recent) - 1  # the buffer ends with a newline
+    for _ in range(tail):
+        pos = recent.rfind(b"\n", 0, pos)
+        if pos < 0:
+            break
+    tail_start = pos + 1
+    nl = recent.find(b"\n", len(recent) - TAIL_KEEP_BYTES - 1)
+    budget_start = nl + 1 if nl >= 0 else len(recent)
+    cut = min(tail_start, budget_start)
+    return recent[cut:], recent_first + recent.count(b"\n", 0, cut)

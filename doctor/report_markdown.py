@@ -112,11 +112,18 @@ def _checks(doc: dict) -> list[str]:
            f"{n['fail']} failed, {n['warn']} warnings, {n['pass']} passed, {n['skip']} skipped.", ""]
     if c["problems"]:
         rows = [[f"{MARK[f['status']]} {f['status']}", f["id"], f.get("node") or "", f["title"],
-                 f["message"], f["fix"]] for f in c["problems"]]
+                 _beyond(f["message"], f["title"]), f["fix"]] for f in c["problems"]]
         out += table(["status", "check", "node", "problem", "details", "fix"], rows)
     if c.get("problems_not_listed"):
         out += [f"_{c['problems_not_listed']} more problems not listed._", ""]
     return out
+
+
+def _beyond(message: str, title: str) -> str:
+    """The message without a repeat of the title it starts with."""
+    if message.startswith(title):
+        return message[len(title):].lstrip(" :.-") or " "
+    return message
 
 
 def _versions(doc: dict) -> list[str]:

@@ -1,0 +1,218 @@
+"""`doctor report` end to end: planted secrets never leak, the root cause comes first, the Markdown
+is well formed and bounded, bad input is one line and exit 2."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+from markdown_it import MarkdownIt
+
+from knowledge.explain import explain_paths
+from tests.conftest import ROOT, run_doctor
+
+FIXTURES = ROOT / "tests" / "fixtures" / "explain"
+SCHEMA = ROOT / "knowledge" / "schemas" / "doctor.report.schema.json"
+
+# Planted secrets: in the environment, in the launch script, inside log lines.
+WANDB = "5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f"
+ENV_SECRET = "envOnly-Secr3t-value-42"
+HF = "hf_ScriptExportedToken9876543210abcdef"
+MLFLOW_PW = "mlfl0w-Pa55word"
+BEARER = "Zm9vYmFyLWJlYXJlci10b2tlbi0xMjM0NTY3"
+LOG_KEY = "log-line-api-key-77Q"
+SECRETS = (WANDB, ENV_SECRET, HF, MLFLOW_PW, BEARER, LOG_KEY)
+
+
+def planted(tmp_path: Path) -> tuple[Path, Path]:
+    script = tmp_path / "run_grpo.sh"
+    script.write_text(textwrap.dedent(f"""\
+        #!/bin/bash
+        export HF_TOKEN={HF}
+        export MLFLOW_TRACKING_URI=http://alice:{MLFLOW_PW}@mlflow.internal:5000
+        python3 -m verl.trainer.main_ppo \\
+            algorithm.adv_estimator=grpo \\
+            data.train_batch_size=6 actor_rollout_ref.rollout.n=5 \\
+            trainer.logger='["console","wandb"]' \\
+            trainer.n_gpus_per_node=8 trainer.nnodes=1
+        """))
+    log = tmp_path / "train.log"
+    lines = [
+        "wandb: Currently logged in as: someone",
+        f"Authorization: Bearer {BEARER}",
+        f"downloading with token {HF} from the hub",
+        f"mlflow tracking http://alice:{MLFLOW_PW}@mlflow.internal:5000/api",
+        f"config api_key={LOG_KEY} loaded",
+        f"env dump WANDB_API_KEY={WANDB}",
+    ]
+    log.write_text("\n".join(lines) + "\n" + (FIXTURES / "verl-batch-not-divisible.log").read_text())
+    return script, log
+
+
+def env() -> dict:
+    return {"WANDB_API_KEY": WANDB, "MY_SERVICE_PASSWORD": ENV_SECRET}
+
+
+def assert_no_secret(text: str, where: str) -> None:
+    for s in SECRETS:
+        assert s not in text, f"{where}: planted secret {s[:6]}... leaked"
+
+
+def headings(tokens) -> list[str]:
+    return [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+
+
+def assert_well_formed(md: str) -> None:
+    """Parse as GitHub does (CommonMark + tables): every section is a real heading (nothing swallowed
+    by an open fence), tables parse as tables, <details> blocks balance."""
+    parser = MarkdownIt("commonmark").enable("table")
+    tokens = parser.parse(md)
+    heads = headings(tokens)
+    assert heads[0] == "verl-doctor report"
+    assert heads[-1] == "About this report"
+    assert md.count("<details>") == md.count("</details>")
+    for t in tokens:
+        if t.type == "inline":
+            assert not t.content.lstrip().startswith("|"), f"a table did not parse: {t.content[:80]}"
+    fences = [t for t in tokens if t.type == "fence"]
+    assert all(t.markup.startswith("```") for t in fences)
+    return tokens
+
+
+def test_report_redacts_everything_and_leads_with_the_root_cause(tmp_path):
+    script, log = planted(tmp_path)
+    md_path, json_path, bundle = tmp_path / "report.md", tmp_path / "report.json", tmp_path / "b.tar.gz"
+    r = run_doctor("report", "--log", str(log), "-o", str(md_path), "--bundle", str(bundle),
+                   "--", "bash", str(script), cwd=tmp_path, env=env())
+    assert r.returncode == 1, r.stderr  # problems found
+    assert "Traceback" not in r.stderr
+    md = md_path.read_text()
+    assert_no_secret(md, "markdown")
+    assert_no_secret(r.stdout + r.stderr, "console")
+
+    # the root cause of the log, as the explain engine ranks it, in the first lines
+    top = explain_paths([str(log)])[0]
+    head = "\n".join(md.splitlines()[:8])
+    assert top.title in head and top.rule in head
+    for line in top.lines:
+        assert line.text in md
+    assert "[redacted]" in md
+    # the launch, the config diff and the batch arithmetic are there, the harmless parts intact
+    assert "data.train_batch_size" in md and "mlflow.internal:5000" in md
+    assert_well_formed(md)
+
+    with tarfile.open(bundle) as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    files = sorted(p for p in (tmp_path / "unpacked").rglob("*") if p.is_file())
+    assert {p.name for p in files} == {"report.md", "report.json", "train.log"}
+    for p in files:
+        assert_no_secret(p.read_text(), f"bundle {p.name}")
+    doc = json.loads((tmp_path / "unpacked/doctor-report/report.json").read_text())
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
+    assert doc["verdict"]["status"] == "fail"
+    assert doc["logs"][0]["root_cause"]["rule"] == top.rule
+    assert doc["launch"]["exports"]["HF_TOKEN"] == "[redacted]"
+
+    r = run_doctor("report", "--json", "--log", str(log), cwd=tmp_path, env=env())
+    assert r.returncode == 1
+    assert_no_secret(r.stdout, "json")
+    jsonschema.validate(json.loads(r.stdout), json.loads(SCHEMA.read_text()))
+
+
+def _in_new_uts(hostname: str) -> list[str] | None:
+    """A command prefix that runs in a fresh UTS namespace with `hostname` (root only)."""
+    unshare = shutil.which("unshare")
+    if not unshare:
+        return None
+    probe = subprocess.run([unshare, "--uts", "sh", "-c", f"hostname {hostname} && hostname"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0 or probe.stdout.strip() != hostname:
+        return None
+    return [unshare, "--uts", "sh", "-c", f'hostname {hostname} && exec "$@"', "sh"]
+
+
+def test_anonymize_hides_hosts_ips_users_and_keeps_nodes_apart(tmp_path):
+    host_a, host_b, user = "node-a7.corp.example", "node-b9.corp.example", "alice7"
+    prefix = _in_new_uts(host_a)
+    if prefix is None:
+        pytest.skip("cannot create a UTS namespace to plant a host name (needs root and unshare)")
+    log = tmp_path / "two-nodes.log"
+    log.write_text(textwrap.dedent(f"""\
+        (TaskRunner pid=11, ip=10.77.0.2) head {host_a} started by {user} in /home/{user}/verl
+        (WorkerDict pid=12, ip=10.77.0.2) rank 0 on {host_a.split('.')[0]}
+        (WorkerDict pid=13, ip=10.77.0.3) rank 1 on {host_b.split('.')[0]}
+        (WorkerDict pid=13, ip=10.77.0.3) connecting {host_a} -> {host_b}
+        """) + (FIXTURES / "verl-batch-not-divisible.log").read_text())
+    out = tmp_path / "report.md"
+    envs = {"USER": user, "HOME": f"/home/{user}", "MASTER_ADDR": host_b}
+    cmd = [*prefix, sys.executable, "-m", "doctor", "report", "--anonymize", "--log", str(log), "-o", str(out),
+           "--bundle", str(tmp_path / "b.tar.gz")]
+    r = subprocess.run(cmd, cwd=ROOT, env={**__import__("os").environ, **envs}, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode in (0, 1), r.stderr
+    with tarfile.open(tmp_path / "b.tar.gz") as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    texts = {"markdown": out.read_text()}
+    texts.update({p.name: p.read_text() for p in (tmp_path / "unpacked").rglob("*") if p.is_file()})
+    for where, text in texts.items():
+        for planted_value in (host_a, host_b, "node-a7", "node-b9", "corp.example", "10.77.0.2", "10.77.0.3", user):
+            assert planted_value not in text, f"{where}: {planted_value} not anonymized"
+    md = texts["markdown"]
+    assert_well_formed(md)
+    # two nodes, two placeholders, used consistently
+    log_lines = texts["two-nodes.log"].splitlines()
+    ip_a = log_lines[0].split("ip=")[1].split(")")[0]
+    ip_b = log_lines[2].split("ip=")[1].split(")")[0]
+    assert ip_a.startswith("ip-") and ip_b.startswith("ip-") and ip_a != ip_b
+    assert f"ip={ip_a}" in log_lines[1] and f"ip={ip_b}" in log_lines[3]
+    connect = log_lines[3].split("connecting ")[1].split(" -> ")
+    assert connect[0].startswith("host-") and connect[1].startswith("host-") and connect[0] != connect[1]
+    assert log_lines[1].endswith(connect[0]) and log_lines[2].endswith(connect[1])
+
+
+def test_report_of_a_real_allocation_failure(tmp_path):
+    """A run that really failed to allocate memory: the report puts the diagnosis first and shows
+    the lines it is based on."""
+    log = tmp_path / "oom.log"
+    script = ("import resource, torch\n"
+              "resource.setrlimit(resource.RLIMIT_DATA, (1 << 30, 1 << 30))\n"
+              "def update_actor():\n"
+              "    return torch.empty(8 << 30, dtype=torch.uint8)\n"
+              "update_actor()\n")
+    with log.open("w") as fh:
+        proc = subprocess.run([sys.executable, "-c", script], stdout=fh, stderr=subprocess.STDOUT, timeout=120)
+    assert proc.returncode != 0
+    failure = [ln for ln in log.read_text().splitlines() if "can't allocate memory" in ln or "not enough memory" in ln]
+    assert failure, log.read_text()[-500:]
+    r = run_doctor("report", "--log", str(log), cwd=tmp_path)
+    assert r.returncode in (0, 1), r.stderr
+    md = r.stdout
+    found = explain_paths([str(log)])
+    head = "\n".join(md.splitlines()[:8])
+    if found:
+        assert found[0].title in head and found[0].rule in head
+        for line in found[0].lines:
+            assert line.text in md
+    else:  # no rule knows it yet: the report says so first and shows the failing line
+        assert "no known failure signature" in head
+    assert failure[-1].strip()[:200] in md
+    assert_well_formed(md)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--log", "/nonexistent/run.log"], "not a readable file"),
+    (["--log", "-"], "needs a file"),
+    (["-o", "/nonexistent-dir/r.md"], "directory does not exist"),
+    (["--", "bash", "/nonexistent/run.sh"], "cannot read launch script"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    r = run_doctor("report", *args)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and message in r.stderr
