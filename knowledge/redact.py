@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping
 
 from knowledge import load_toml
 
-REDACTED = "<redacted>"
+REDACTED = "[redacted]"  # plain in Markdown, JSON and logs alike
 
 
 @dataclass(frozen=True)
@@ -190,13 +190,13 @@ def _redact_assignment(m: re.Match) -> str:
         return m.group(0)
     if m.group("q"):
         return f"{m.group('name')}{m.group('close')}{m.group('sep')}{m.group('q')}{REDACTED}{m.group('q')}"
-    if m.group("val").startswith(("<redacted>", "$")):  # already done, or a shell reference
+    if m.group("val").startswith((REDACTED[:-1], "$")):  # already done, or a shell reference
         return m.group(0)
     return f"{m.group('name')}{m.group('close')}{m.group('sep')}{REDACTED}"
 
 
 def _redact_flag(m: re.Match) -> str:
-    if not is_secret_name(m.group("name")) or m.group("val").startswith("<redacted>"):
+    if not is_secret_name(m.group("name")) or m.group("val").startswith(REDACTED[:-1]):
         return m.group(0)
     return f"--{m.group('name')} {REDACTED}"
 

@@ -7,6 +7,7 @@ import textwrap
 from checks.model import Finding
 from checks.registry import Check, CheckResult
 from doctor import render
+from knowledge.redact import REDACTED
 from tests.conftest import run_doctor
 
 HF = "hf_ScriptExportedToken9876543210abcdef"
@@ -62,7 +63,7 @@ def test_every_renderer_redacts(tmp_path, capsys):
     for text in (human, render.to_json(results), render.to_junit(results), render.to_github(results)):
         assert_clean(text)
     doc = json.loads(render.to_json(results))
-    assert doc["findings"][0]["evidence"]["env"]["HF_TOKEN"] == "<redacted>"
+    assert doc["findings"][0]["evidence"]["env"]["HF_TOKEN"] == REDACTED
     assert doc["findings"][0]["evidence"]["env"]["GLOO_SOCKET_IFNAME"] == "eth0"
 
 
