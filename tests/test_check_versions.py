@@ -130,9 +130,10 @@ def test_every_matrix_row_has_a_source_and_parses():
                     Version(v)
 
 
-@pytest.mark.parametrize("row_index", range(3))
+@pytest.mark.parametrize("row_index", [0, -1])
 def test_documented_vllm_ascend_sets_pass_their_own_judgement(tmp_path, row_index):
-    """Data and code agree: a recent documented vllm-ascend set laid out for real passes."""
+    """Data and code agree: the newest and the oldest documented vllm-ascend sets (for this
+    Python) laid out for real pass."""
     from knowledge import load_toml
 
     row = [r for r in load_toml("versions.toml")["vllm_ascend"]
