@@ -186,7 +186,7 @@ def paths_match(view: ClusterView) -> list[Finding]:
             continue  # a path missing on every node is the local data/workdir checks' finding
         for n in view.others():
             mine = fp(n)
-            ev = {"key": key, "path": path, "values": {
+            ev = {"setting": key, "path": path, "values": {
                 m["label"]: {k: v for k, v in fp(m).items() if k != "files"} for m in (view.reference, n)}}
             if mine["exists"] != ref["exists"]:
                 has, lacks = (view.reference, n) if ref["exists"] else (n, view.reference)
@@ -195,20 +195,26 @@ def paths_match(view: ClusterView) -> list[Finding]:
                                     f"copy it there: rsync -a {path} {lacks['label']}:"
                                     f"{os.path.dirname(path.rstrip('/')) or '/'}/", ev, lacks["label"]))
             elif mine["exists"] and mine.get("digest") != ref.get("digest"):
-                diff = _differing_files(fp(view.reference), fp(n))
-                detail = f"; differing files: {', '.join(diff[:5])}" if diff else ""
-                out.append(_finding("cluster.paths", "fail", f"{key} differs on {n['label']}",
-                                    f"{path} ({key}) has different content on {n['label']} "
-                                    f"({mine.get('size')} bytes) than on {view.ref_label()} ({ref.get('size')} bytes)"
-                                    f"{detail}",
+                missing, extra, changed = _file_diff(fp(view.reference), fp(n))
+                parts = [f"{what} {', '.join(names[:5])}" for what, names in
+                         ((f"missing on {n['label']}:", missing), (f"only on {n['label']}:", extra),
+                          ("different content:", changed)) if names]
+                title = f"{key}: files missing on {n['label']}" if missing else f"{key} differs on {n['label']}"
+                out.append(_finding("cluster.paths", "fail", title,
+                                    f"{path} ({key}) on {n['label']} ({mine.get('size')} bytes) is not the same as on "
+                                    f"{view.ref_label()} ({ref.get('size')} bytes)" + (f"; {'; '.join(parts)}" if parts else
+                                                                                       "; different content"),
                                     f"copy the reference: rsync -a --checksum {path} {n['label']}:"
-                                    f"{os.path.dirname(path.rstrip('/')) or '/'}/", {**ev, "files": diff}, n["label"]))
+                                    f"{os.path.dirname(path.rstrip('/')) or '/'}/",
+                                    {**ev, "files": sorted(missing + extra + changed), "missing": missing}, n["label"]))
     return out
 
 
-def _differing_files(a: dict, b: dict) -> list[str]:
-    fa, fb = a.get("files") or {}, b.get("files") or {}
-    return sorted(k for k in set(fa) | set(fb) if fa.get(k) != fb.get(k))
+def _file_diff(ref: dict, mine: dict) -> tuple[list[str], list[str], list[str]]:
+    """(missing here, only here, different content) between two directory fingerprints."""
+    a, b = ref.get("files") or {}, mine.get("files") or {}
+    return (sorted(set(a) - set(b)), sorted(set(b) - set(a)),
+            sorted(k for k in set(a) & set(b) if a[k] != b[k]))
 
 
 def interfaces_valid(view: ClusterView) -> list[Finding]:

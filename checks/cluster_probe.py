@@ -427,14 +427,41 @@ def _code_runtime_env() -> dict:
     return {"py_modules": [str(root / "checks"), str(root / "knowledge")], "excludes": ["__pycache__"]}
 
 
+class NoCluster(Exception):
+    pass
+
+
+def _reachable_gcs(address: str | None, timeout: float) -> str:
+    """host:port of the cluster's GCS, checked with one TCP connect: `ray.init` retries an
+    unreachable address for minutes."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        addr = canonicalize_bootstrap_address(address or "auto")
+    except Exception as exc:
+        raise NoCluster(f"{exc}") from None
+    if not addr:
+        raise NoCluster("no running cluster found (give its address: --cluster HEAD_IP:6379, or set RAY_ADDRESS)")
+    host, _, port = addr.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=min(timeout, 10.0)).close()
+    except (OSError, ValueError) as exc:
+        raise NoCluster(f"nothing answers at {addr}: {getattr(exc, 'strerror', None) or exc}") from None
+    return addr
+
+
 def run(req: dict) -> dict:
-    import ray
-    import ray.cloudpickle
+    try:
+        import ray
+        import ray.cloudpickle
+    except ImportError as exc:
+        raise NoCluster(f"{sys.executable} cannot import ray ({exc}): give --python the interpreter "
+                        "of the cluster's environment") from None
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     t0 = time.perf_counter()
-    ray.init(address=req.get("address") or "auto", logging_level="ERROR", log_to_driver=False,
-             namespace="doctor-cluster")
+    address = _reachable_gcs(req.get("address"), float(req["timeout"]))
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False, namespace="doctor-cluster")
     connect_s = time.perf_counter() - t0
     all_nodes = ray.nodes()
     alive = [n for n in all_nodes if n.get("Alive")]
@@ -504,8 +531,11 @@ def main() -> None:
     req = json.load(sys.stdin)
     try:
         report = run(req)
+    except NoCluster as exc:
+        report = {"fatal": str(exc)}
     except Exception as exc:  # cannot reach the cluster at all: doctor says so in one line
-        report = {"fatal": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:400] if str(exc).strip() else ''}"}
+        text = str(exc).strip().splitlines()
+        report = {"fatal": f"{type(exc).__name__}: {text[0][:400] if text else ''}"}
     tmp = req["out"] + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(report, fh, default=str)

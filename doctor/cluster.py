@@ -26,6 +26,7 @@ from doctor.cli import DoctorError
 ROOT = Path(__file__).resolve().parents[1]
 CONNECT_S = 45.0  # ray.init against a live head takes ~1 s; an unreachable one is retried for a while
 PROBE_ENTRY = "from checks.cluster_probe import main; main()"
+PER_NODE = ("imports", "versions", "network", "workdir")  # categories whose verdict depends on the machine
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
 
 
@@ -167,10 +168,19 @@ def run_cluster_checks(ctx, address: str | None, only: set[str] | None, skip: se
 
     local = [c for c in select(all_checks(), only, skip) if c.category != "cluster"]
     if local and view.answered:
+        # What differs by machine runs on every node's facts; what only reads the launch (config,
+        # memory, data) runs once, on the reference node's facts.
         per_node = {}
         for node in view.answered:
-            node_ctx = replace(ctx, env=_node_env(node), facts=node["facts"], node=node["label"], deep=False,
-                               _lock=threading.Lock())
-            per_node[node["label"]] = run_checks(local, node_ctx)
+            node_ctx = _node_context(ctx, node)
+            per_node[node["label"]] = run_checks([c for c in local if c.category in PER_NODE], node_ctx)
         results += _merge_nodes(per_node, len(view.answered))
+        once = [c for c in local if c.category not in PER_NODE]
+        if once:
+            results += run_checks(once, _node_context(ctx, view.reference, label=None))
     return results
+
+
+def _node_context(ctx, node: dict, label: str | None = "node"):
+    return replace(ctx, env=_node_env(node), facts=node["facts"], deep=False, _lock=threading.Lock(),
+                   node=node["label"] if label else None)

@@ -1,0 +1,160 @@
+"""The cross-node comparison on reports built from this machine's real facts: two copies of what
+`gather_facts` finds here, one of them changed the way a second machine would differ (the
+two-namespace tests in test_cluster.py cover what namespaces can plant; device files and Ray's
+accelerator counts cannot be planted there)."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from checks.cluster import COMPARISONS, ClusterView, devices_match, interfaces_valid, links_work, nodes_answer
+from checks.cluster_probe import link_test, path_fingerprint, pick_address
+from checks.context import CheckContext
+from checks.facts import gather_facts
+from checks.launch import parse_launch
+
+
+@pytest.fixture(scope="module")
+def facts(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("launch")
+    launch = parse_launch(["python3", "-m", "verl.trainer.main_ppo", "trainer.nnodes=2"], cwd=cwd)
+    return gather_facts(CheckContext.local(cwd=cwd, launch=launch))
+
+
+def _node(facts: dict, name: str, ip: str, head: bool = False, **extra) -> dict:
+    f = copy.deepcopy(facts)
+    ifaces = f["interfaces"]
+    links = {"gloo": pick_address("gloo", f["comm_env"], ifaces, [ip])}
+    return {"id": f"{name}-id-0000", "ip": ip, "hostname": name, "head": head, "resources": {"CPU": 1.0},
+            "facts": f, "links": links, "git": {}, "fingerprints": {}, **extra}
+
+
+def _pair(facts, change=None, **view_kw) -> ClusterView:
+    a, b = _node(facts, "host-a", "10.0.0.1", head=True), _node(facts, "host-b", "10.0.0.2")
+    if change:
+        change(b)
+    return ClusterView({"nodes": [a, b], "dead": []}, **view_kw)
+
+
+def _fails(findings):
+    return [f for f in findings if f.status == "fail"]
+
+
+def test_two_identical_nodes_give_no_failure(facts):
+    view = _pair(facts)
+    for _, _, fn in COMPARISONS:
+        assert _fails(fn(view)) == [], fn.__name__
+
+
+def test_ray_undercounting_npus_on_one_node(facts):
+    def sixteen(n, ray_npus):
+        n["facts"]["devices"]["davinci"] = 16
+        n["resources"]["NPU"] = float(ray_npus)
+
+    view = _pair(facts, lambda b: sixteen(b, 9), gpus_per_node=16)
+    sixteen(view.reference, 16)
+    (f,) = devices_match(view)
+    assert (f.status, f.node) == ("fail", "host-b")
+    assert "Ray counts 9 NPUs on host-b, which has 16" == f.title
+    assert "--resources='{\"NPU\": 16}'" in f.fix
+
+
+def test_fewer_devices_than_n_gpus_per_node(facts):
+    def devices(n, count):
+        n["facts"]["devices"]["nvidia"] = count
+        n["resources"]["GPU"] = float(count)
+
+    view = _pair(facts, lambda b: devices(b, 4), gpus_per_node=8)
+    devices(view.reference, 8)
+    (f,) = devices_match(view)
+    assert (f.status, f.node) == ("fail", "host-b") and "trainer.n_gpus_per_node=8" in f.title
+
+
+def test_no_accelerators_anywhere_is_a_skip(facts):
+    assert [f.status for f in devices_match(_pair(facts, gpus_per_node=8))] == ["skip"]
+
+
+def test_fewer_alive_nodes_than_nnodes_and_a_silent_node(facts):
+    def silent(b):
+        del b["facts"]
+        b["no_answer"] = "no answer within 20 s"
+
+    fails = _fails(nodes_answer(_pair(facts, silent, nnodes=3)))
+    assert {f.node for f in fails} == {"host-b", None}
+    assert any("2 of trainer.nnodes=3" in f.title for f in fails)
+    assert any(f.node == "host-b" and "no answer within 20 s" in f.message for f in fails)
+
+
+def test_interface_variables_checked_against_each_nodes_interfaces(facts):
+    down = [n for n, i in facts["interfaces"].items() if not i["up"]]
+    up = next(n for n, i in facts["interfaces"].items() if i["up"] and n != "lo")
+
+    def env(b, **values):
+        b["facts"]["comm_env"].update(values)
+
+    view = _pair(facts, lambda b: env(b, GLOO_SOCKET_IFNAME="nosuch0", NCCL_SOCKET_IFNAME="^" + up[:2]))
+    titles = {f.title for f in _fails(interfaces_valid(view)) if f.node == "host-b"}
+    assert "GLOO_SOCKET_IFNAME on host-b: no interface nosuch0" in titles
+    assert "GLOO_SOCKET_IFNAME differs on host-b" in titles  # set on host-b only
+    if down:
+        view = _pair(facts, lambda b: env(b, GLOO_SOCKET_IFNAME=down[0]))
+        assert any("is down" in f.title for f in _fails(interfaces_valid(view)))
+    # NCCL/HCCL prefix syntax: a prefix that matches an interface that is up is fine
+    view = _pair(facts, lambda b: env(b, NCCL_SOCKET_IFNAME=up[:2]))
+    assert not [f for f in interfaces_valid(view) if "NCCL_SOCKET_IFNAME on" in f.title]
+
+
+def test_address_choice_follows_each_transport_rules(facts):
+    ifaces = facts["interfaces"]
+    up = next(n for n, i in ifaces.items() if i["up"] and n != "lo" and i["ipv4"])
+    assert pick_address("gloo", {"GLOO_SOCKET_IFNAME": up}, ifaces, [])["address"] == ifaces[up]["ipv4"][0]
+    assert pick_address("gloo", {}, ifaces, ["127.0.1.1"])["address"] == "127.0.1.1"
+    assert "error" in pick_address("gloo", {"GLOO_SOCKET_IFNAME": "nosuch0"}, ifaces, [])
+    assert pick_address("hccl", {"HCCL_IF_IP": "10.9.9.9", "HCCL_SOCKET_IFNAME": up}, ifaces, [])["via"] == "HCCL_IF_IP"
+    assert pick_address("hccl", {"HCCL_SOCKET_IFNAME": f"={up}"}, ifaces, [])["iface"] == up
+    assert pick_address("nccl", {"NCCL_SOCKET_IFNAME": "^lo"}, ifaces, [])["iface"] != "lo"
+    assert pick_address("nccl", {}, {"lo": ifaces["lo"], up: ifaces[up]}, [])["iface"] == up
+
+
+def test_hostname_resolving_to_loopback_fails_the_link(facts):
+    def loopback(b):
+        b["links"] = {"gloo": pick_address("gloo", {}, b["facts"]["interfaces"], ["127.0.1.1"])}
+
+    (f,) = _fails(links_work(_pair(facts, loopback)))
+    assert f.node == "host-b" and "would bind loopback" in f.title
+
+
+def test_nodes_sharing_one_address_are_told_apart_by_id(facts):
+    a, b = _node(facts, "same", "10.0.0.1"), _node(facts, "same", "10.0.0.1")
+    b["id"] = "other-id-1111"
+    view = ClusterView({"nodes": [a, b]})
+    assert a["label"] != b["label"]
+    assert any("2 nodes would use 10.0.0.1" in f.title for f in _fails(links_work(view)))
+
+
+def test_link_round_on_loopback_connects_and_checks_identity():
+    """Two 'nodes' on two loopback addresses of this machine, in threads, one agreed port."""
+    from concurrent.futures import ThreadPoolExecutor
+    import random
+
+    plan = {"n1": {"gloo": "127.0.0.2"}, "n2": {"gloo": "127.0.0.3"}}
+    port = random.randint(42000, 48000)
+    with ThreadPoolExecutor(2) as pool:
+        r1, r2 = pool.map(lambda me: link_test(me, plan, port, 5.0), ["n1", "n2"])
+    assert [r["ok"] for r in r1["results"] + r2["results"]] == [True, True]
+    # a peer address nobody listens on: refused, reported, bounded by the window
+    plan["n3"] = {"gloo": "127.0.0.4"}
+    lone = link_test("n1", plan, port + 1, 1.5)
+    bad = [r for r in lone["results"] if not r["ok"]]
+    assert {r["to"] for r in bad} == {"n2", "n3"} and "refused" in bad[0]["error"]
+
+
+def test_fingerprint_tells_same_size_files_apart(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    for d, last in ((one, b"\x00"), (two, b"\x01")):
+        d.mkdir()
+        (d / "w.bin").write_bytes(b"x" * (3 << 20) + last)
+    a, b = path_fingerprint(str(one)), path_fingerprint(str(two))
+    assert a["size"] == b["size"] and a["digest"] != b["digest"]
+    assert path_fingerprint(str(tmp_path / "absent")) == {"exists": False}
