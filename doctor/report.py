@@ -26,6 +26,12 @@ TAIL_LINES = 40                   # last lines of each log
 SHOWN_CAUSES = 3                  # findings per log whose evidence is shown
 MAX_PROBLEMS = 60                 # check problems listed (the rest are counted)
 MAX_CELL = 300                    # characters of a table cell
+MAX_LINE_CHARS = 400              # characters of a log line shown in the report
+
+BUNDLE_FULL_LOG_BYTES = 4 << 20   # a log up to this size travels whole in the bundle
+BUNDLE_CONTEXT = 50               # a larger one: the evidence with this many lines either side
+BUNDLE_TAIL = 2000                # ... and its last lines
+BUNDLE_MAX_CHARS = 4000           # characters kept of one line
 
 STACK = ("python", "torch", "torch build", "torch_npu", "vllm", "vllm_ascend", "verl", "transformers",
          "ray", "flash_attn", "CANN", "driver", "firmware", "devices")
@@ -43,6 +49,7 @@ class ReportRequest:
     device_memory: str | None = None
     timeout: float = 20.0
     anonymize: bool = False
+    bundle: bool = False                  # cut logs wide enough for the bundle (one pass serves both)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -69,8 +76,8 @@ def build_document(req: ReportRequest) -> tuple[dict, dict]:
     results = section("checks", lambda: _run_checks(ctx, req.cluster)) or []
     doc["checks"] = _checks_section(results)
     cuts: dict[str, LogCut] = {}
-    doc["logs"] = [section(f"log {p}", lambda p=p: _log_section(p, cuts)) or {"name": p, "error": "unreadable"}
-                   for p in req.logs]
+    doc["logs"] = [section(f"log {p}", lambda p=p: _log_section(p, cuts, req.bundle))
+                   or {"name": p, "error": "unreadable"} for p in req.logs]
     doc["nodes"] = section("versions", lambda: _nodes_section(ctx)) or {}
     doc["version_differences"] = _differences(doc["nodes"])
     doc["launch"] = section("launch", lambda: _launch_section(req.launch))
@@ -112,7 +119,7 @@ def _finding(f) -> dict:
             "message": f.message, "fix": f.fix, "node": f.node}
 
 
-def _log_section(path: str, cuts: dict[str, LogCut]) -> dict:
+def _log_section(path: str, cuts: dict[str, LogCut], wide: bool) -> dict:
     from knowledge.explain import explain_report, open_log
 
     if path == "-":
@@ -122,18 +129,32 @@ def _log_section(path: str, cuts: dict[str, LogCut]) -> dict:
     evidence = {ln.n for f in shown for ln in f.lines} or {ln.n for ln in report.fallback}
     stream, name = open_log(path)
     with stream:
-        cut = cut_log(stream, name, evidence, EVIDENCE_CONTEXT, TAIL_LINES)
+        if wide:
+            cut = cut_log(stream, name, evidence, BUNDLE_CONTEXT, BUNDLE_TAIL, BUNDLE_MAX_CHARS)
+        else:
+            cut = cut_log(stream, name, evidence, EVIDENCE_CONTEXT, TAIL_LINES, MAX_LINE_CHARS)
     cuts[path] = cut
     out = {"name": name, "bytes": cut.bytes, "lines": cut.lines,
            "root_cause": report.findings[0].to_dict() if report.findings else None,
            "other_causes": [{"rule": f.rule, "category": f.category, "title": f.title,
                              "consequence": f.consequence} for f in report.findings[1:8]],
            "look_at": [ln.to_dict() for ln in report.fallback] if not report.findings else [],
-           "excerpt": [{"n": n, "text": t, "evidence": n in cut.evidence} for n, t in cut.excerpt],
-           "excerpt_complete": cut.complete}
+           "excerpt": _narrow(cut)}
+    out["excerpt_complete"] = len(out["excerpt"]) == cut.lines
     if report.truncated:
         out["note"] = "the compressed log ended early; what was there is explained"
     return out
+
+
+def _narrow(cut: LogCut) -> list[dict]:
+    """The report's excerpt: the evidence with a few lines of context, and the last lines."""
+    def shown(n: int) -> bool:
+        return n > cut.lines - TAIL_LINES or any(abs(n - e) <= EVIDENCE_CONTEXT for e in cut.evidence)
+
+    def capped(text: str) -> str:
+        return text if len(text) <= MAX_LINE_CHARS else text[:MAX_LINE_CHARS] + " ... [line cut]"
+
+    return [{"n": n, "text": capped(t), "evidence": n in cut.evidence} for n, t in cut.excerpt if shown(n)]
 
 
 def _nodes_section(ctx) -> dict[str, dict[str, str]]:
@@ -369,11 +390,6 @@ def to_json(doc: dict) -> str:
 # ---------------------------------------------------------------------------------------------
 # The bundle: the report, its JSON and the logs (redacted; large ones cut), size-bounded.
 
-BUNDLE_FULL_LOG_BYTES = 4 << 20   # a log up to this size travels whole
-BUNDLE_CONTEXT = 50               # a larger one: the evidence with this many lines either side
-BUNDLE_TAIL = 2000                # ... and its last lines
-BUNDLE_MAX_CHARS = 4000           # characters kept of one line
-
 
 def bundle_plan(doc: dict, cuts: dict[str, LogCut]) -> dict[str, str]:
     """path -> how the log travels ("whole" / "cut"); the cuts are stated in the report."""
@@ -389,20 +405,20 @@ def bundle_plan(doc: dict, cuts: dict[str, LogCut]) -> dict[str, str]:
 
 
 def _bundle_log(path: str, cut: LogCut, how: str, doc: dict) -> bytes:
-    from knowledge.explain import open_log
+    """The log as it travels: whole when small, else the wide cut made while reporting."""
+    if how == "whole":
+        from knowledge.explain import open_log
 
-    stream, name = open_log(path)
-    with stream:
-        if how == "whole":
+        stream, _name = open_log(path)
+        with stream:
             text = stream.read().decode("utf-8", "replace")
-        else:
-            big = cut_log(stream, name, cut.evidence, BUNDLE_CONTEXT, BUNDLE_TAIL, BUNDLE_MAX_CHARS)
-            lines = [f"# doctor: {name} cut from {big.lines:,} lines / {big.bytes:,} bytes to the lines around "
-                     f"the evidence and the last {BUNDLE_TAIL} lines; original line numbers in front"]
-            for window in big.windows():
-                lines.append(f"# ... line {window[0][0]}")
-                lines += [f"{n}: {t}" for n, t in window]
-            text = "\n".join(lines) + "\n"
+    else:
+        lines = [f"# doctor: {os.path.basename(cut.name)} cut from {cut.lines:,} lines / {cut.bytes:,} bytes to {BUNDLE_CONTEXT} "
+                 f"lines around the evidence and the last {BUNDLE_TAIL} lines; original line numbers in front"]
+        for window in cut.windows():
+            lines.append(f"# ... line {window[0][0]}")
+            lines += [f"{n}: {t}" for n, t in window]
+        text = "\n".join(lines) + "\n"
     return final_pass(doc, text).encode()
 
 
@@ -425,6 +441,7 @@ def write_bundle(target: str, doc: dict, markdown: str, cuts: dict[str, LogCut],
         members[f"logs/{name}"] = _bundle_log(path, cut, plan.get(path, "cut"), doc)
     folder = os.path.dirname(os.path.abspath(target))
     fd, tmp = tempfile.mkstemp(prefix=".doctor-bundle-", suffix=".tmp", dir=folder)
+    _user_mode(fd)
     try:
         with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
             now = time.time()
@@ -439,11 +456,19 @@ def write_bundle(target: str, doc: dict, markdown: str, cuts: dict[str, LogCut],
         raise
 
 
+def _user_mode(fd: int) -> None:
+    """mkstemp makes 0600 files; a report gets the mode any new file of the user gets."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)
+
+
 def write_atomic(target: str, text: str) -> None:
     import tempfile
 
     folder = os.path.dirname(os.path.abspath(target))
     fd, tmp = tempfile.mkstemp(prefix=".doctor-report-", suffix=".tmp", dir=folder)
+    _user_mode(fd)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)

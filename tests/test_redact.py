@@ -165,3 +165,22 @@ def test_anonymizer_for_this_machine_hides_local_identity():
     a = Anonymizer.for_this_machine({"USER": "carol", "HOME": "/home/carol"})
     out = a.text(f"{socket.gethostname()} ran by carol in /home/carol/work")
     assert socket.gethostname() not in out and "carol" not in out
+
+
+def test_large_text_prefilter_gives_the_same_result():
+    """Above LARGE_TEXT, RE2 picks the lines to redact: the result equals redacting everything."""
+    from knowledge import redact
+
+    lines = []
+    for i in range(4000):
+        lines.append(f"(WorkerDict pid={i}, ip=10.0.0.{i % 9}) step:{i} - actor/pg_loss:0.{i} - mask: {i}")
+        if i % 97 == 0:
+            lines.append(f"Authorization: Bearer Zm9vYmFyLWJl{i}YXJlci10b2tlbi0xMjM0NTY3 and {HF}")
+        if i % 131 == 0:
+            lines.append(f"export WANDB_API_KEY={WANDB} # https://u:p4ss{i}@host/x")
+    text = "\n".join(lines)
+    assert len(text) > redact.LARGE_TEXT
+    r = Redactor({"HF_TOKEN": HF})
+    fast = r.text(text)
+    assert fast == r._text(text)
+    assert HF not in fast and WANDB not in fast and "p4ss" not in fast

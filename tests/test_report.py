@@ -216,3 +216,45 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and message in r.stderr
+
+
+@pytest.mark.slow
+def test_one_gigabyte_log_gives_a_bounded_report_and_bundle(tmp_path):
+    """A 1 GB log (a failure in the middle, secrets throughout, an endless line): the report and the
+    bundle stay under their bounds, say what was cut, and still carry the evidence."""
+    from doctor.report import BUNDLE_TAIL, MAX_MARKDOWN_BYTES
+
+    log = tmp_path / "huge.log"
+    step = "".join(f"(WorkerDict pid=1{i}, ip=10.0.0.2) step:{i} - actor/pg_loss:0.0{i} - "
+                   f"response_length/mean:128.0 - timing_s/gen:1.2{i}\n" for i in range(10)).encode()
+    block = step * ((8 << 20) // len(step))
+    failure = (FIXTURES / "verl-batch-not-divisible.log").read_bytes()
+    with log.open("wb") as fh:
+        for i in range(128):
+            fh.write(block)
+            if i == 63:
+                fh.write(failure + f"Authorization: Bearer {BEARER}\n".encode() + b"x" * (3 << 20) + b"\n")
+        fh.write(f"last line with {HF}\n".encode())
+    assert log.stat().st_size >= 1 << 30
+    md_path, bundle = tmp_path / "r.md", tmp_path / "b.tar.gz"
+    try:
+        r = run_doctor("report", "--log", str(log), "-o", str(md_path), "--bundle", str(bundle),
+                       cwd=tmp_path, env=env(), timeout=600)
+    finally:
+        log.unlink()  # a gigabyte is not left behind in pytest's kept temp dirs
+    assert r.returncode == 1, r.stderr
+    md = md_path.read_text()
+    assert len(md.encode()) <= MAX_MARKDOWN_BYTES
+    assert_no_secret(md, "markdown")
+    assert_well_formed(md)
+    top = explain_paths([str(FIXTURES / "verl-batch-not-divisible.log")])[0]  # the failure planted
+    assert top.title in "\n".join(md.splitlines()[:8])
+    assert all(line.text in md for line in top.lines)
+    assert "is cut to" in md  # the report states the bundle's cut
+    assert bundle.stat().st_size < 4 << 20
+    with tarfile.open(bundle) as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    cut_log = (tmp_path / "unpacked/doctor-report/logs/huge.log").read_text()
+    assert cut_log.startswith("# doctor: huge.log cut from")
+    assert_no_secret(cut_log, "bundled log")
+    assert len(cut_log.splitlines()) < BUNDLE_TAIL + 200

@@ -18,7 +18,7 @@ def expected(lines: list[bytes], evidence: set[int], context: int, tail: int) ->
     return sorted(wanted)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(lines=st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"")), min_size=1, max_size=120),
        block=st.integers(min_value=1, max_value=64), context=st.integers(0, 4), tail=st.integers(0, 10),
        trailing_newline=st.booleans(), data=st.data())

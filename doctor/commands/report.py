@@ -50,7 +50,8 @@ def command(logs, cluster, cwd, python, device_memory, timeout, output, as_json,
         raise DoctorError(str(exc)) from None
     req = report.ReportRequest(argv=sys.argv[1:] if sys.argv[1:2] == ["report"] else ["report"],
                                launch=parsed, logs=list(logs), cluster=cluster, cwd=base, python=python,
-                               device_memory=device_memory, timeout=timeout, anonymize=anonymize)
+                               device_memory=device_memory, timeout=timeout, anonymize=anonymize,
+                               bundle=bool(bundle))
     doc, cuts = report.build_document(req)
     plan = report.bundle_plan(doc, cuts) if bundle else {}
     text = report.to_json(doc) if as_json else to_markdown(doc)
