@@ -38,6 +38,11 @@ class Problem:
     severity: str = "fail"
     keys: list[str] = field(default_factory=list)
     verl_checks_at_startup: bool = False  # True: validate_config raises this before Ray starts
+    verl_message: str | None = None  # verl's exact text when it differs from `message` (bare asserts)
+
+    @property
+    def verl_text(self) -> str:
+        return self.message if self.verl_message is None else self.verl_message
 
 
 def get(cfg: dict | None, dotted: str, default: Any = None) -> Any:
@@ -95,7 +100,7 @@ def override_problems(composed) -> list[dict]:
             value = text.split("=", 1)[1] if "=" in text else ""
             if guess:
                 kind = "config.unknown_key"
-                fix = f"did you mean {guess}? write {guess}={value}"
+                fix = f"did you mean {guess}? write {guess}={value} (or, to add a new key: +{text})"
             else:
                 kind = "config.missing_plus"
                 fix = f"{key} is not in verl's config; to add a new key write +{text}"
@@ -164,6 +169,25 @@ def need_critic(cfg: dict) -> bool:
     return get(cfg, "algorithm.adv_estimator") == "gae"
 
 
+# Every key `startup_problems` reads: the differential test builds its view of verl's config from these.
+STARTUP_KEYS = [
+    "trainer.n_gpus_per_node", "trainer.nnodes", "data.train_batch_size", "data.val_batch_size",
+    "algorithm.use_kl_in_reward", "algorithm.adv_estimator", "algorithm.rollout_correction.bypass_mode",
+    "critic.enable",
+    *(f"actor_rollout_ref.actor.{k}" for k in (
+        "use_dynamic_bsz", "strategy", "ppo_mini_batch_size", "ppo_micro_batch_size",
+        "ppo_micro_batch_size_per_gpu", "loss_agg_mode", "ulysses_sequence_parallel_size", "use_kl_loss",
+        "optim.lr_scheduler_type", "fsdp_config.strategy", "fsdp_config.router_replay.mode",
+        "megatron.tensor_model_parallel_size", "megatron.pipeline_model_parallel_size",
+        "megatron.context_parallel_size")),
+    *(f"actor_rollout_ref.{s}.{k}" for s in ("ref", "rollout")
+      for k in ("log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu")),
+    "actor_rollout_ref.rollout.n", "actor_rollout_ref.rollout.name", "actor_rollout_ref.rollout.temperature",
+    "actor_rollout_ref.rollout.val_kwargs.do_sample", "actor_rollout_ref.model.use_remove_padding",
+    "actor_rollout_ref.model.lora.rank", "actor_rollout_ref.model.lora.merge", "actor_rollout_ref.model.lora_rank",
+]
+
+
 def startup_problems(cfg: dict) -> list[Problem]:
     """What verl's validate_config rejects, with its messages. verl stops at the first; this lists
     them all, in the order verl would meet them."""
@@ -174,8 +198,8 @@ def startup_problems(cfg: dict) -> list[Problem]:
     B = get(cfg, "data.train_batch_size")
     dynamic = bool(actor.get("use_dynamic_bsz"))
 
-    def add(pid, msg, fix, *keys):
-        out.append(Problem(pid, msg, fix, "fail", list(keys), True))
+    def add(pid, msg, fix, *keys, verl_message=None):
+        out.append(Problem(pid, msg, fix, "fail", list(keys), True, verl_message))
 
     if not dynamic:
         if actor.get("strategy") == "megatron":
@@ -205,9 +229,10 @@ def startup_problems(cfg: dict) -> list[Problem]:
             "actor_rollout_ref.actor.strategy")
     optim = actor.get("optim") or {}
     if optim.get("lr_scheduler_type", "constant") not in ("constant", "cosine"):
-        add("config.lr_scheduler", "assert self.lr_scheduler_type in [\"constant\", \"cosine\"]",
+        add("config.lr_scheduler", f"actor optim.lr_scheduler_type={optim.get('lr_scheduler_type')!r} is not "
+            "constant or cosine (verl fails with a bare AssertionError in FSDPOptimizerConfig)",
             "actor_rollout_ref.actor.optim.lr_scheduler_type=constant or cosine",
-            "actor_rollout_ref.actor.optim.lr_scheduler_type")
+            "actor_rollout_ref.actor.optim.lr_scheduler_type", verl_message="")
     replay = ((fsdp.get("router_replay") or {}).get("mode")) if isinstance(fsdp, dict) else None
     if replay is not None and replay not in ROUTER_REPLAY_MODES:
         add("config.router_replay",
@@ -441,7 +466,7 @@ def check_keys(ctx):
         out.append(Finding("config.ignored_key" if c["status"] == "ignored" else "config.removed_key", "config",
                            "warn" if c["status"] == "ignored" else "fail",
                            f"verl {version} {verb} {c['key']}",
-                           f"{c['why']}{assumed}. Source: {c['source']}", fix, {"key": c["key"]}))
+                           f"{c['why']}{assumed}. Source: {c['source']}", fix, {"setting": c["key"]}))
     for r in rewritten_values(composed.config or {}, version):
         out.append(Finding("config.rewritten", "config", "warn", f"verl rewrites {r['key']}={r['value']}",
                            f"verl {version} silently replaces it with {r['becomes']}. Source: {r['source']}",
@@ -472,10 +497,42 @@ def check_validate(ctx):
     return out
 
 
+TITLES = {
+    "config.megatron_parallel": "Megatron parallel sizes do not divide the devices",
+    "config.train_batch_divisible": "train_batch_size * rollout.n does not split over the devices",
+    "config.actor_micro_both": "Both actor micro batch settings are set",
+    "config.actor_micro_missing": "No actor micro batch size",
+    "config.loss_agg_mode": "Unknown loss_agg_mode",
+    "config.fsdp_strategy": "Unknown actor strategy",
+    "config.lr_scheduler": "Unknown lr_scheduler_type",
+    "config.router_replay": "Unknown router_replay mode",
+    "config.mini_gt_train": "ppo_mini_batch_size is larger than train_batch_size",
+    "config.mini_micro_divisible": "ppo_mini_batch_size is not a multiple of ppo_micro_batch_size",
+    "config.micro_lt_gpus": "ppo_micro_batch_size is smaller than the device count",
+    "config.sp_remove_padding": "Sequence parallelism needs use_remove_padding",
+    "config.router_replay_bypass": "router_replay R2 conflicts with rollout_correction bypass_mode",
+    "config.ref_log_prob_micro_missing": "No ref log-prob micro batch size (KL is on)",
+    "config.ref_log_prob_micro_both": "Both ref log-prob micro batch settings are set",
+    "config.rollout_log_prob_micro_missing": "No rollout log-prob micro batch size",
+    "config.rollout_log_prob_micro_both": "Both rollout log-prob micro batch settings are set",
+    "config.val_temperature": "Validation sampling with temperature <= 0",
+    "config.lora_rank": "LoRA rank above vLLM's maximum",
+    "config.rollout_tp": "Rollout tensor parallel size does not fit the devices per node",
+    "config.mini_batch_dp": "Mini batch does not split over data-parallel ranks",
+    "config.micro_split": "Per-device mini batch is not a multiple of the micro batch",
+    "config.grpo_n": "GRPO with one response per prompt",
+    "config.rollout_name": "No rollout engine named",
+    "config.devices": "More devices requested than the node has",
+    "config.resume_nothing": "resume_mode=auto but no checkpoints are saved",
+    "config.ray_cpus": "Too few Ray CPUs for TransferQueue: start-up hangs",
+    "config.flash_attn": "flash-attention requested but not installed",
+}
+
+
 def _finding(p: Problem, sess) -> Finding:
     when = "verl rejects this at start-up" if p.verl_checks_at_startup else "verl finds this only after launch"
-    return Finding(p.id, "config", p.severity, p.message.split(":")[0][:90] if len(p.message) > 90 else p.message,
-                   f"{p.message}\n({when}; config from {sess.composed.source})", p.fix, {"keys": p.keys})
+    return Finding(p.id, "config", p.severity, TITLES.get(p.id, p.id),
+                   f"{p.message}\n({when}; config from {sess.composed.source})", p.fix, {"settings": p.keys})
 
 
 @check("config.runtime", "config", "Settings verl checks late or never")
@@ -489,7 +546,8 @@ def check_runtime(ctx):
         return [Finding("config.runtime", "config", "skip", title, "the config did not compose")]
     facts = _facts(ctx)
     devices = facts.get("devices") or {}
-    npu = bool(devices.get("davinci")) or bool(_installed(facts, "torch_npu"))
+    npu = (bool(devices.get("davinci")) or bool(_installed(facts, "torch_npu"))
+           or get(cfg, "trainer.device") == "npu")  # flash attention comes with torch_npu there
     count = devices.get("davinci") or devices.get("nvidia") or None
     flash = _installed(facts, "flash_attn")
     cpus = ctx.options.get("ray_cpus") or os.cpu_count()

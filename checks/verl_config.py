@@ -215,7 +215,7 @@ def session(ctx) -> ConfigSession | None:
         path, name = reward_target(snap)
         if path:
             request["reward"] = {"path": path, "name": name}
-        timeout = max(float(ctx.timeout), 60.0 if ctx.deep else 30.0)
+        timeout = max(float(ctx.timeout), 120.0 if ctx.deep else 60.0)  # transformers (and verl) imports
         try:
             sess.probe = run_probe(ctx.python, request, ctx.cwd, ctx.env, timeout)
         except ProbeError as exc:

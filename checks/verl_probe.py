@@ -250,21 +250,23 @@ def _task_reward(req: dict, cfg: dict) -> dict:
     import inspect
 
     path, name = req["reward"]["path"], req["reward"].get("name")
-    try:
-        from verl.utils.import_utils import load_extern_object  # verl's own loader, when present
-    except Exception:
-        load_extern_object = None
-    if load_extern_object is not None and name:
+    if req.get("validate"):  # --deep: verl's own loader (importing verl costs ~20 s)
+        from verl.utils.import_utils import load_extern_object
+
         fn = load_extern_object(module_path=path, object_name=name)
-    else:
+    else:  # the same steps as verl.utils.import_utils, with its messages
         file = path[len("file://"):] if path.startswith("file://") else path
         if not os.path.exists(file):
             raise FileNotFoundError(f"Custom module file not found: module_path='{file}'")
-        mspec = importlib.util.spec_from_file_location("custom_reward_module", file)
+        mspec = importlib.util.spec_from_file_location("custom_module", file)
         module = importlib.util.module_from_spec(mspec)
-        mspec.loader.exec_module(module)
+        try:
+            mspec.loader.exec_module(module)
+        except Exception as exc:
+            raise RuntimeError(f"Error loading module from module_path='{file}': "
+                               f"{type(exc).__name__}: {_first_line(exc)}") from exc
         if not hasattr(module, name or ""):
-            raise AttributeError(f"Object not found in module: object_name='{name}', module_path='{path}'.")
+            raise AttributeError(f"Object not found in module: object_name='{name}', module_path='{file}'.")
         fn = getattr(module, name)
     try:
         sig = inspect.signature(fn)

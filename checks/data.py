@@ -1,0 +1,260 @@
+"""Data and reward (category `data`): the files, columns and prompt lengths verl will meet, and the
+custom reward function it will call, checked before launch.
+
+File structure is read here with pyarrow (footers and a few columns). Prompt lengths come from the
+config probe (`checks/verl_probe.py`), which applies the model's own tokenizer and chat template in
+the target interpreter, as verl's RLHFDataset filter does, on a sample of rows (sample size stated).
+The reward file is loaded in the same probe, with verl's own loader when verl is there.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from checks.model import Finding
+from checks.registry import check
+
+SUFFIXES = (".parquet", ".json", ".jsonl")  # what RLHFDataset accepts (rl_dataset.py:169-178)
+REWARD_KWARGS = ("data_source", "solution_str", "ground_truth", "extra_info")  # naive.py:66-84
+
+
+def _as_list(value) -> list[str]:
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+
+
+def resolve(path: str, cwd: Path) -> Path:
+    p = Path(os.path.expanduser(path))
+    return p if p.is_absolute() else cwd / p
+
+
+def inspect_parquet(path: Path, prompt_key: str, source_key: str) -> dict[str, Any]:
+    """Rows, columns and the shape of the columns verl needs (no full read)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    schema = pf.schema_arrow
+    info: dict[str, Any] = {"rows": pf.metadata.num_rows, "columns": schema.names, "problems": []}
+    problems = info["problems"]
+    if prompt_key not in schema.names:
+        problems.append(f"no '{prompt_key}' column (data.prompt_key)")
+    else:
+        t = schema.field(prompt_key).type
+        is_chat = (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_struct(t.value_type) \
+            and {"role", "content"} <= {f.name for f in t.value_type}
+        if not is_chat:
+            problems.append(f"'{prompt_key}' is {t}, not a list of chat messages {{role, content}}: the chat "
+                            "template fails on every row and verl's filter drops them all")
+    if source_key not in schema.names:
+        problems.append(f"no '{source_key}' column (data.reward_fn_key): the reward manager needs it")
+    else:
+        col = pf.read(columns=[source_key]).column(0)
+        info["data_sources"] = sorted(str(v) for v in col.unique().to_pylist() if v is not None)
+    if "reward_model" not in schema.names:
+        problems.append("no 'reward_model' column: the reward manager reads reward_model['ground_truth']")
+    else:
+        t = schema.field("reward_model").type
+        if not (pa.types.is_struct(t) and "ground_truth" in {f.name for f in t}) and not pa.types.is_map(t):
+            problems.append(f"'reward_model' is {t}, without a 'ground_truth' field")
+    return info
+
+
+def _session(ctx):
+    from checks.verl_config import session
+
+    return session(ctx)
+
+
+def _skip(cid: str, title: str, why: str = "no launch given (doctor check -- bash run.sh)") -> list[Finding]:
+    return [Finding(cid, "data", "skip", title, why)]
+
+
+@check("data.files", "data", "Training data files")
+def check_files(ctx):
+    title = "Training data files"
+    if ctx.launch is None:
+        return _skip("data.files", title)
+    composed = _session(ctx).composed
+    if composed.config is None:
+        return _skip("data.files", title, "the config did not compose")
+    prompt_key = composed.get("data.prompt_key", "prompt")
+    source_key = composed.get("data.reward_fn_key", "data_source")
+    B = composed.get("data.train_batch_size")
+    out = []
+    for key in ("data.train_files", "data.val_files"):
+        total = 0
+        for f in _as_list(composed.get(key)):
+            p = resolve(f, ctx.cwd)
+            fid = f"data.{key.split('.')[1]}"
+            if not p.exists():
+                out.append(Finding(fid, "data", "fail", f"{key}: file not found", f"{p} does not exist "
+                                   f"(relative paths start from {ctx.cwd})", f"check {key} or --cwd",
+                                   {"path": str(p)}))
+                continue
+            if p.suffix not in SUFFIXES:
+                out.append(Finding(fid, "data", "fail", f"{key}: unsupported file type",
+                                   f"{p}: verl reads only {', '.join(SUFFIXES)}", "convert it to parquet"))
+                continue
+            if p.suffix != ".parquet":
+                continue
+            try:
+                info = inspect_parquet(p, prompt_key, source_key)
+            except Exception as exc:
+                out.append(Finding(fid, "data", "fail", f"{key}: not readable as parquet",
+                                   f"{p}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                                   "rewrite the file (pandas.DataFrame.to_parquet)", {"path": str(p)}))
+                continue
+            total += info["rows"]
+            for problem in info["problems"]:
+                out.append(Finding(fid, "data", "fail", f"{key}: column layout verl cannot use",
+                                   f"{p}: {problem}", "see verl's GSM8K preprocess layout: data_source, "
+                                   "prompt=[{role, content}], reward_model={ground_truth}", {"path": str(p)}))
+        if key == "data.train_files" and isinstance(B, int) and 0 < total < B:
+            out.append(Finding("data.too_few_rows", "data", "fail", "Fewer prompts than one training batch",
+                               f"{total} rows in data.train_files but data.train_batch_size={B}: the dataloader "
+                               "drops the partial batch, so an epoch has 0 steps",
+                               f"data.train_batch_size={total} or more data"))
+    return out
+
+
+@check("data.prompt_length", "data", "Prompt lengths vs data.max_prompt_length")
+def check_prompt_length(ctx):
+    title = "Prompt lengths vs data.max_prompt_length"
+    if ctx.launch is None:
+        return _skip("data.prompt_length", title)
+    sess = _session(ctx)
+    if sess.probe is None:
+        return _skip("data.prompt_length", title, f"probe failed: {sess.probe_error}")
+    data = sess.probe.get("data") or {}
+    if data.get("error"):
+        return [Finding("data.prompt_length", "data", "warn", title, f"could not measure: {data['error']}")]
+    if data.get("tokenizer_error"):
+        path = sess.composed.get("actor_rollout_ref.model.tokenizer_path") or sess.composed.get(
+            "actor_rollout_ref.model.path")
+        return [Finding("data.tokenizer", "data", "fail", "The model's tokenizer does not load",
+                        f"{path}: {data['tokenizer_error']}", "check actor_rollout_ref.model.path",
+                        {"path": str(path)})]
+    limit = data.get("max_prompt_length")
+    filtering = bool(sess.composed.get("data.filter_overlong_prompts"))
+    out = []
+    for entry in data.get("files", []):
+        if "over" not in entry:
+            continue
+        rows, sample, over = entry.get("rows") or 0, entry.get("sample") or 0, entry["over"]
+        scope = f"all {rows} rows" if sample >= rows else f"a random sample of {sample} of {rows} rows"
+        estimate = over if sample >= rows else round(over * rows / max(sample, 1))
+        measured = (f"{over} of {scope} exceed max_prompt_length={limit} tokens with {data.get('tokenizer')} and its "
+                    f"chat template (longest {entry.get('max_tokens')})")
+        if entry.get("failed"):
+            measured += f"; {entry['failed']} rows fail the chat template ({'; '.join(data.get('template_failures', []))})"
+        evidence = {"path": entry["path"], "rows": rows, "sample": sample, "over": over, "estimate": estimate,
+                    "max_tokens": entry.get("max_tokens")}
+        if not over:
+            out.append(Finding("data.prompt_length", "data", "pass", title, measured, evidence=evidence))
+        elif filtering:
+            status = "fail" if estimate >= rows else "warn"
+            out.append(Finding("data.prompt_length", "data", status,
+                               f"filter_overlong_prompts will drop ~{estimate} of {rows} rows",
+                               measured, f"data.max_prompt_length={_round(entry.get('max_tokens') or limit)} "
+                               "to keep them", evidence))
+        else:
+            out.append(Finding("data.prompt_length", "data", "warn", f"~{estimate} prompts will be left-truncated",
+                               measured + "; with filter_overlong_prompts=False verl left-truncates them at rollout",
+                               f"data.max_prompt_length={_round(entry.get('max_tokens') or limit)} or "
+                               "data.filter_overlong_prompts=True", evidence))
+    return out
+
+
+def _round(n: int) -> int:
+    """Up to the next multiple of 64."""
+    return ((int(n) + 63) // 64) * 64
+
+
+@check("data.reward", "data", "Custom reward function")
+def check_reward(ctx):
+    from checks.verl_config import reward_target
+
+    title = "Custom reward function"
+    if ctx.launch is None:
+        return _skip("data.reward", title)
+    sess = _session(ctx)
+    path, name = reward_target(sess.composed)
+    if not path:
+        return [Finding("data.reward", "data", "pass", title, "no custom reward: verl's default scorer by data_source")]
+    file = path[len("file://"):] if path.startswith("file://") else path
+    if not path.startswith("pkg://") and not resolve(file, ctx.cwd).is_file():
+        return [Finding("data.reward", "data", "fail", "Reward file not found",
+                        f"Custom module file not found: module_path='{path}' (looked in {ctx.cwd}; verl reads it "
+                        "relative to the launch directory, after the models load)",
+                        "use an absolute path, or launch from the directory that holds it", {"path": path})]
+    reply = (sess.probe or {}).get("reward")
+    if reply is None:
+        return [Finding("data.reward", "data", "skip", title, f"not loaded: {sess.probe_error or 'no probe'}")]
+    if reply.get("error"):
+        return [Finding("data.reward", "data", "fail", "Reward function does not load",
+                        reply["error"], f"check {path} defines {name}", {"path": path})]
+    missing = _unaccepted(reply.get("params"))
+    if missing:
+        return [Finding("data.reward", "data", "fail", "Reward function signature does not fit verl's call",
+                        f"{name} in {path} does not accept {', '.join(missing)}: verl calls it as "
+                        f"{name}(data_source=..., solution_str=..., ground_truth=..., extra_info=...)",
+                        f"def {name}(data_source, solution_str, ground_truth, extra_info=None, **kwargs)",
+                        {"params": reply.get("params")})]
+    return [Finding("data.reward", "data", "pass", title, f"{name} in {path} loads and accepts verl's arguments")]
+
+
+def _unaccepted(params: list[dict] | None) -> list[str]:
+    """What a call with verl's keyword arguments would trip on: a keyword the function does not take,
+    or a parameter it requires that verl never passes."""
+    if params is None:
+        return []
+    by_keyword = {p["name"] for p in params if p["kind"] in ("POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY")}
+    any_keyword = any(p["kind"] == "VAR_KEYWORD" for p in params)
+    missing = [k for k in REWARD_KWARGS if k not in by_keyword and not any_keyword]
+    required = [f"(required) {p['name']}" for p in params if not p["default"]
+                and p["kind"] not in ("VAR_KEYWORD", "VAR_POSITIONAL")
+                and (p["name"] not in REWARD_KWARGS or p["kind"] == "POSITIONAL_ONLY")]
+    return missing + required
+
+
+def registered_source(source: str, table: dict) -> bool:
+    return source in table.get("exact", []) or any(source.startswith(p) for p in table.get("prefixes", []))
+
+
+@check("config.reward_source", "config", "Every data_source has a scorer")
+def check_reward_source(ctx):
+    from checks.config import key_table
+    from checks.verl_config import reward_target
+
+    title = "Every data_source has a scorer"
+    if ctx.launch is None:
+        return [Finding("config.reward_source", "config", "skip", title, "no launch given")]
+    sess = _session(ctx)
+    if reward_target(sess.composed)[0] and sess.composed.get("reward.custom_reward_function.path"):
+        return []  # a custom reward function scores every row
+    files = [resolve(f, ctx.cwd) for f in _as_list(sess.composed.get("data.train_files"))]
+    key = sess.composed.get("data.reward_fn_key", "data_source")
+    sources: set[str] = set()
+    for p in files:
+        try:
+            sources.update(inspect_parquet(p, "prompt", key).get("data_sources", []))
+        except Exception:  # data.files reports unreadable files
+            continue
+    table = key_table().get("reward_sources", {})
+    verl_says = ((sess.probe or {}).get("data") or {}).get("registered") or {}
+    unknown = sorted(s for s in sources if not verl_says.get(s, registered_source(s, table)))
+    if not unknown:
+        return []
+    legacy = sess.composed.get("custom_reward_function.path")
+    note = (f" The top-level custom_reward_function.path={legacy} is ignored by verl 0.9 (see config.ignored_key)."
+            if legacy else "")
+    return [Finding("config.reward_source", "config", "fail", "data_source with no scorer and no custom reward",
+                    f"NotImplementedError: Reward function is not implemented for data_source='{unknown[0]}'"
+                    f" ({len(unknown)} unregistered: {', '.join(unknown[:5])}); verl raises it per sample during "
+                    f"the first step.{note}",
+                    "reward.custom_reward_function.path=<file.py> reward.custom_reward_function.name=compute_score, "
+                    "or a registered data_source such as openai/gsm8k",
+                    {"data_sources": unknown, "source": table.get("source")})]

@@ -1,0 +1,112 @@
+"""Generated verl configs for the differential test and bench/config_agreement.py.
+
+`cases(n, seed)` yields override lists around the knobs verl's validate_config looks at (batch
+sizes, device counts, micro-batch settings, KL, sequence parallelism, loss mode, scheduler, sampling).
+`python -m tests.config_cases N SEED` (run with verl importable) composes verl's own config ONCE,
+applies each case's overrides, runs verl's own `validate_config` on it, and prints one JSON line per
+case: the overrides, verl's verdict (exception type and innermost message) and the config values
+doctor's validation reads (`checks.config.STARTUP_KEYS`), taken from the very config verl validated.
+"""
+from __future__ import annotations
+
+import json
+import random
+import sys
+
+A = "actor_rollout_ref.actor."
+R = "actor_rollout_ref.rollout."
+F = "actor_rollout_ref.ref."
+BASE = ["algorithm.adv_estimator=grpo", R + "name=vllm"]
+
+
+def _pick(rng: random.Random, common, rare=(), p_rare=0.1):
+    return rng.choice(rare) if rare and rng.random() < p_rare else rng.choice(common)
+
+
+def case(rng: random.Random) -> list[str]:
+    ov = {
+        "data.train_batch_size": _pick(rng, [8, 16, 32, 64, 128, 256], [1, 3, 6, 12, 24, 100], 0.3),
+        R + "n": _pick(rng, [2, 4, 8, 16], [1, 3, 5], 0.25),
+        "trainer.n_gpus_per_node": _pick(rng, [1, 2, 4, 8], [3, 6, 16], 0.2),
+        "trainer.nnodes": _pick(rng, [1, 2], [3, 4], 0.2),
+        A + "ppo_mini_batch_size": _pick(rng, [4, 8, 16, 32, 64], [1, 2, 3, 128, 512], 0.3),
+        A + "ppo_micro_batch_size_per_gpu": _pick(rng, [1, 2, 4, 8], ["null"], 0.15),
+        A + "ppo_micro_batch_size": _pick(rng, ["null"], [1, 2, 4, 8, 16, 32], 0.15),
+        A + "use_dynamic_bsz": _pick(rng, [False], [True], 0.1),
+        A + "use_kl_loss": _pick(rng, [True, False]),
+        "algorithm.use_kl_in_reward": _pick(rng, [False], [True], 0.1),
+        F + "log_prob_micro_batch_size_per_gpu": _pick(rng, [2, 4], ["null"], 0.2),
+        F + "log_prob_micro_batch_size": _pick(rng, ["null"], [8, 16], 0.1),
+        R + "log_prob_micro_batch_size_per_gpu": _pick(rng, [2, 4], ["null"], 0.15),
+        R + "log_prob_micro_batch_size": _pick(rng, ["null"], [8, 16], 0.1),
+        A + "loss_agg_mode": _pick(rng, ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"],
+                                   ["sum", "token_mean"], 0.05),
+        A + "ulysses_sequence_parallel_size": _pick(rng, [1], [2, 4], 0.15),
+        "actor_rollout_ref.model.use_remove_padding": _pick(rng, [True, False]),
+        A + "optim.lr_scheduler_type": _pick(rng, ["constant", "cosine"], ["linear"], 0.05),
+        A + "fsdp_config.strategy": _pick(rng, ["fsdp", "fsdp2"], ["ddp"], 0.05),
+        R + "val_kwargs.do_sample": _pick(rng, [False, True]),
+        R + "temperature": _pick(rng, [1.0, 0.7], [0.0], 0.2),
+    }
+    return BASE + [f"{k}={v}" for k, v in ov.items()]
+
+
+def cases(n: int, seed: int = 0) -> list[list[str]]:
+    rng = random.Random(seed)
+    return [case(rng) for _ in range(n)]
+
+
+def _value(text: str):
+    import yaml
+
+    return yaml.safe_load(text)  # what Hydra's grammar yields for these simple values
+
+
+def run_verl(n: int, seed: int) -> None:
+    """Runs where verl is importable: print one JSON line per case."""
+    import copy
+    import io
+    import warnings
+    from contextlib import redirect_stdout
+
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    from checks.config import STARTUP_KEYS
+    from checks.verl_probe import _hydra_compose, run_validate, verl_config_dir
+
+    warnings.simplefilter("ignore")
+    full = _hydra_compose(verl_config_dir(), "ppo_trainer", [])
+    sections = ("trainer", "data", "actor_rollout_ref", "algorithm", "critic")
+    plain = {k: OmegaConf.to_container(full[k], resolve=False) for k in sections}
+    for overrides in cases(n, seed):
+        tree = copy.deepcopy(plain)
+        for text in overrides:
+            key, raw = text.split("=", 1)
+            node = tree
+            *parents, leaf = key.split(".")
+            for p in parents:
+                node = node[p]
+            node[leaf] = _value(raw)
+        cfg = OmegaConf.create(tree)
+        with redirect_stdout(io.StringIO()):
+            verdict = run_validate(cfg, validate_config, need_reference_policy, need_critic)
+        view = {k: OmegaConf.select(cfg, k, default=None) for k in STARTUP_KEYS}
+        print(json.dumps({"overrides": overrides, "verl": verdict, "view": view}), flush=True)
+
+
+def nested(view: dict) -> dict:
+    """{"a.b": 1} -> {"a": {"b": 1}}"""
+    out: dict = {}
+    for key, value in view.items():
+        node = out
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return out
+
+
+if __name__ == "__main__":
+    run_verl(int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 0)
