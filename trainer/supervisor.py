@@ -575,9 +575,11 @@ class Supervisor:
                     last_step = max(last_step, int(m.group(1)))
             rc = proc.wait()
             self._child = None
+            _signal_group(proc.pid, signal.SIGKILL)  # what the job left behind in its session
         return rc, last_step
 
     def _on_interrupt(self, signum, frame) -> None:
+        """First Ctrl-C: ask the job to stop (its driver cleans up its Ray workers). Second: kill."""
         self._interrupts += 1
         child = self._child
         if child is None or child.poll() is not None:
@@ -586,7 +588,7 @@ class Supervisor:
             return
         if self._interrupts == 1:
             self.say("stopping the run cleanly (Ctrl-C again to kill it)")
-            _signal_group(child.pid, signal.SIGINT)
+            _signal(child.pid, signal.SIGINT)
         else:
             self.say("killing the run")
             _signal_group(child.pid, signal.SIGKILL)
@@ -646,10 +648,18 @@ class Supervisor:
         return _redact(doc)
 
 
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def _signal_group(pid: int, sig: int) -> None:
+    """Signal the session the child leads (it was started with start_new_session)."""
     try:
         os.killpg(pid, sig)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
 
 
