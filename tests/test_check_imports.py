@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests.lab.pyenv import make_venv, pip_install, write_package
-from tests.lab.run import check_json, clean_env, problems
+from tests.lab.run import check_inproc, check_json, clean_env, problems
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +40,8 @@ def test_pythonpath_entry_shadows_installed_package(venv_with_vllm, tmp_path):
     tree = write_package(mount, "vllm", "0.0.0-mounted")
     launch_dir = tmp_path / "job"
     launch_dir.mkdir()
-    rc, doc, found = check_json("--python", str(python), "--cwd", str(launch_dir), "--only", "imports",
-                                env=clean_env(PYTHONPATH=str(mount)))
+    rc, doc, found = check_inproc(python=python, cwd=launch_dir, only="imports",
+                                  env=clean_env(PYTHONPATH=str(mount)))
     assert rc == 1
     (f,) = found["imports.shadowed"]
     assert f["status"] == "fail" and str(tree) in f["message"] and "PYTHONPATH" in f["message"]
@@ -50,7 +50,7 @@ def test_pythonpath_entry_shadows_installed_package(venv_with_vllm, tmp_path):
 
 def test_installed_copy_wins_from_a_clean_directory(venv_with_vllm, tmp_path):
     python, _ = venv_with_vllm
-    rc, doc, found = check_json("--python", str(python), "--cwd", str(tmp_path), "--only", "imports")
+    rc, doc, found = check_inproc(python=python, cwd=tmp_path, only="imports")
     assert rc == 0, problems(doc)
     assert [f["status"] for f in found["imports.shadowed"]] == ["pass"]
 
@@ -62,7 +62,7 @@ def test_second_copy_through_a_pth_file_is_reported(venv_with_vllm, tmp_path):
     pth = site / "zz_doctor_test_extra.pth"
     pth.write_text(str(extra) + "\n")
     try:
-        rc, doc, found = check_json("--python", str(python), "--cwd", str(tmp_path), "--only", "imports")
+        rc, doc, found = check_inproc(python=python, cwd=tmp_path, only="imports")
     finally:
         pth.unlink()
     (f,) = found["imports.duplicates"]
@@ -75,7 +75,7 @@ def test_directory_without_init_resolves_to_namespace_package(tmp_path):
     checkout_parent = tmp_path / "work"
     write_package(checkout_parent / "vllm", "vllm", "0.0.0")  # a checkout root: work/vllm/vllm/...
     (checkout_parent / "vllm" / "setup.py").write_text("")
-    rc, doc, found = check_json("--python", str(python), "--cwd", str(checkout_parent), "--only", "imports")
+    rc, doc, found = check_inproc(python=python, cwd=checkout_parent, only="imports")
     assert rc == 1
     (f,) = found["imports.namespace"]
     assert f["status"] == "fail" and str(checkout_parent / "vllm") in f["message"]
@@ -101,7 +101,7 @@ def test_crashing_or_missing_interpreter_becomes_a_finding(tmp_path):
     crash.chmod(0o755)
     rc, _, found = check_json("--python", str(crash), "--only", "imports")
     assert rc == 1 and "init_fs_encoding" in found["imports.probe"][0]["message"]
-    rc, _, found = check_json("--python", str(tmp_path / "no-such-python"), "--only", "imports")
+    rc, _, found = check_inproc(python=tmp_path / "no-such-python", cwd=tmp_path, only="imports")
     assert rc == 1 and found["imports.probe"][0]["status"] == "fail"
 
 

@@ -9,7 +9,7 @@ from packaging.version import Version
 
 from tests.lab.ascend import lay_cann, lay_driver, sourced_env
 from tests.lab.pyenv import SEED_STACK, lay_dist, lay_stack, make_venv
-from tests.lab.run import check_json, clean_env, problems
+from tests.lab.run import check_inproc, clean_env, problems
 
 
 def _image(tmp_path, stack=SEED_STACK, cann="8.3.RC1", torch_cuda=None, driver="25.3.rc1", **fw):
@@ -26,7 +26,7 @@ def _image(tmp_path, stack=SEED_STACK, cann="8.3.RC1", torch_cuda=None, driver="
 
 
 def _versions(python, env, tmp_path):
-    return check_json("--python", str(python), "--cwd", str(tmp_path), "--only", "versions,imports", env=env)
+    return check_inproc(python=python, cwd=tmp_path, only="versions,imports", env=env)
 
 
 def test_seed_article_image_is_a_known_good_set(tmp_path):

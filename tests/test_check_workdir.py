@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.lab.pyenv import make_venv, write_package
-from tests.lab.run import check_json, clean_env, problems
+from tests.lab.run import check_inproc, clean_env, problems
 
 LAUNCH = """#!/bin/bash
 set -x
@@ -41,8 +41,7 @@ def project(tmp_path):
 
 
 def workdir(cwd, *launch, python=sys.executable):
-    return check_json("--only", "workdir", "--python", str(python), "--cwd", str(cwd), "--", *launch,
-                      env=clean_env())
+    return check_inproc(python=python, cwd=cwd, launch=list(launch), only="workdir", env=clean_env())
 
 
 def test_relative_paths_from_a_wrong_directory_fail_and_name_the_right_one(project, tmp_path):

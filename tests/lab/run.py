@@ -40,3 +40,25 @@ def by_id(doc) -> dict[str, list[dict]]:
 
 def problems(doc, status=("fail",)) -> list[dict]:
     return [f for f in (doc or {}).get("findings", []) if f["status"] in status]
+
+
+def check_inproc(*, python, cwd, launch: list[str] | None = None, env: dict | None = None,
+                 only: str | None = None, nodes: int | None = None, timeout: float = 20):
+    """The same checks as `doctor check --only ONLY [-- LAUNCH]`, run in this process (the probe
+    of `python` is still a real subprocess): (exit code, document, findings by id). Saves the CLI's
+    start-up where the CLI itself is not what a test is about."""
+    from checks.context import CheckContext
+    from checks.launch import parse_launch
+    from checks.model import exit_code, overall_status
+    from checks.registry import all_checks, flatten, run_checks, select
+
+    env = dict(clean_env() if env is None else env)
+    parsed = parse_launch(list(launch), cwd=Path(cwd), environ=env) if launch else None
+    if parsed is not None:
+        env.update(parsed.env)
+    base = parsed.cwd if parsed is not None and parsed.cwd else Path(cwd).resolve()
+    ctx = CheckContext(cwd=base, python=str(python), env=env, launch=parsed, nodes=nodes, timeout=timeout)
+    wanted = set(only.split(",")) if only else None
+    findings = flatten(run_checks(select(all_checks(), wanted, None), ctx))
+    doc = {"status": overall_status(findings), "findings": [f.to_dict() for f in findings]}
+    return exit_code(findings), doc, by_id(doc)
