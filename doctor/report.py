@@ -304,6 +304,10 @@ def _verdict(doc: dict) -> dict:
         if f["status"] == "fail":
             on = f" on {f['node']}" if f.get("node") else ""
             lines.append(f"check failed: {f['title']} ({f['id']}{on})")
+    for note in doc["notes"]:
+        if note.startswith("checks:"):  # e.g. the cluster could not be probed: say so up front
+            lines.append("doctor check could not run: " + note.split(": ", 1)[1])
+            status = "fail" if status == "fail" else "warn"
     warns = doc["checks"]["counts"]["warn"]
     if warns:
         lines.append(f"{warns} warning{'s' * (warns != 1)} from doctor check")

@@ -29,7 +29,16 @@ LOG_KEY = "log-line-api-key-77Q"
 SECRETS = (WANDB, ENV_SECRET, HF, MLFLOW_PW, BEARER, LOG_KEY)
 
 
+# The shape of Qwen2-0.5B-Instruct (the seed article's model): config.json only, no weights.
+QWEN2_05B = {"model_type": "qwen2", "hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14,
+             "num_key_value_heads": 2, "intermediate_size": 4864, "vocab_size": 151936,
+             "tie_word_embeddings": True}
+
+
 def planted(tmp_path: Path) -> tuple[Path, Path]:
+    model = tmp_path / "Qwen2-0.5B-Instruct"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(QWEN2_05B))
     script = tmp_path / "run_grpo.sh"
     script.write_text(textwrap.dedent(f"""\
         #!/bin/bash
@@ -39,6 +48,7 @@ def planted(tmp_path: Path) -> tuple[Path, Path]:
             algorithm.adv_estimator=grpo \\
             data.train_batch_size=6 actor_rollout_ref.rollout.n=5 \\
             trainer.logger='["console","wandb"]' \\
+            actor_rollout_ref.model.path={model} \\
             trainer.n_gpus_per_node=8 trainer.nnodes=1
         """))
     log = tmp_path / "train.log"
@@ -88,7 +98,7 @@ def test_report_redacts_everything_and_leads_with_the_root_cause(tmp_path):
     script, log = planted(tmp_path)
     md_path, json_path, bundle = tmp_path / "report.md", tmp_path / "report.json", tmp_path / "b.tar.gz"
     r = run_doctor("report", "--log", str(log), "-o", str(md_path), "--bundle", str(bundle),
-                   "--", "bash", str(script), cwd=tmp_path, env=env())
+                   "--device-memory", "64GiB", "--", "bash", str(script), cwd=tmp_path, env=env())
     assert r.returncode == 1, r.stderr  # problems found
     assert "Traceback" not in r.stderr
     md = md_path.read_text()
@@ -104,6 +114,7 @@ def test_report_redacts_everything_and_leads_with_the_root_cause(tmp_path):
     assert "[redacted]" in md
     # the launch, the config diff and the batch arithmetic are there, the harmless parts intact
     assert "data.train_batch_size" in md and "mlflow.internal:5000" in md
+    assert "## Batch arithmetic" in md and "## Memory estimate" in md
     assert_well_formed(md)
 
     with tarfile.open(bundle) as tar:
@@ -118,6 +129,8 @@ def test_report_redacts_everything_and_leads_with_the_root_cause(tmp_path):
     assert doc["verdict"]["status"] == "fail"
     assert doc["logs"][0]["root_cause"]["rule"] == top.rule
     assert doc["launch"]["exports"]["HF_TOKEN"] == "[redacted]"
+    assert doc["plan"]["T"] == 30 and doc["memory"]["capacity"] == 64 << 30
+    assert doc["config"]["changed"]["data.train_batch_size"] == {"value": 6, "default": 1024}
 
     r = run_doctor("report", "--json", "--log", str(log), cwd=tmp_path, env=env())
     assert r.returncode == 1
