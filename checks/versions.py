@@ -16,6 +16,7 @@ from checks.facts import installed_dist, package, probe_of
 from checks.model import Finding
 from checks.registry import check
 
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # where the +cpu torch builds live
 STACK = ("python", "torch", "torch_npu", "vllm", "vllm_ascend", "verl", "transformers", "ray",
          "flash_attn")
 
@@ -122,14 +123,14 @@ def known_good_sets() -> list[dict]:
 
 
 def nearest_set(have: dict) -> dict | None:
-    """The known-good set closest to what is installed: the same CANN first (it is the hardest to
-    change), then the fewest packages to reinstall, then the newest."""
+    """The known-good set that takes the fewest changes from what is installed. Changing CANN
+    (root, driver pairing, every node) counts as two package changes; ties go to the newest set."""
     def cost(s):
-        differs = [k for k in ("torch", "torch_npu", "vllm", "vllm_ascend")
-                   if have.get(k) and not same_version(have[k], s[k])]
-        return (0 if cann_in(have.get("cann"), [s["cann"]]) else 1, len(differs))
+        differs = sum(1 for k in ("torch", "torch_npu", "vllm", "vllm_ascend")
+                      if have.get(k) and not same_version(have[k], s[k]))
+        return 2 * (not cann_in(have.get("cann"), [s["cann"]])) + differs
 
-    sets = known_good_sets()
+    sets = known_good_sets()  # newest first, as in the matrix
     return min(sets, key=cost) if sets else None
 
 
@@ -202,14 +203,15 @@ def torch_npu(ctx):
     if have.get("torch") and release(have["torch"]) != row["torch"]:
         out.append(_finding(
             ctx, "versions.torch_npu", "fail", f"torch {have['torch']} does not match torch_npu {have['torch_npu']}",
-            f"torch_npu {have['torch_npu']} is built for torch {row['torch']} ({row['source']}).",
+            f"torch_npu {have['torch_npu']} is built for torch {row['torch']} ({cite(row['source'])}).",
             f"pip install torch=={row['torch']}  (or the torch_npu built for your torch)\n{fix}", ev))
     # torch_npu's wheel pins its torch (Requires-Dist: torch==2.7.1+cpu on x86): the no-import check.
     requires = (installed_dist(package(probe_of(ctx), "torch_npu")) or {}).get("requires", [])
     pins = [m.group(1).strip() for m in (re.match(r"torch\s*\(?([<>=!~][^;)]*)", r) for r in requires) if m]
     if pins and have.get("torch") and in_spec(have["torch"], pins[0]) is False and not out:
         out.append(_finding(ctx, "versions.torch_npu", "fail", f"torch_npu's metadata requires torch{pins[0]}",
-                            f"installed torch is {have['torch']}", f"pip install 'torch{pins[0]}'", ev))
+                            f"installed torch is {have['torch']}", f"pip install 'torch{pins[0]}'"
+                            + (f" --index-url {CPU_INDEX}" if "+cpu" in pins[0] else ""), ev))
     cann = have.get("cann")
     if cann:
         documented = set(row["cann"]) | _pairings("torch_npu", have["torch_npu"])
@@ -220,7 +222,7 @@ def torch_npu(ctx):
                 ctx, "versions.torch_npu", status,
                 f"CANN {cann} does not match torch_npu {have['torch_npu']}",
                 f"torch_npu {have['torch_npu']} is released for CANN {', '.join(sorted(documented))} "
-                f"({row['source']}); CANN {cann} is installed"
+                f"({cite(row['source'])}); CANN {cann} is installed"
                 + (" (same CANN line: usually works, not documented)." if status == "warn" else
                    ". Mismatches surface later as undefined symbols or ACL errors at set_device."),
                 fix or f"pip install torch_npu built for CANN {cann}", ev))
@@ -228,8 +230,13 @@ def torch_npu(ctx):
     if fits is False:
         out.append(_finding(ctx, "versions.torch_npu", "fail",
                             f"Python {have['python']} is outside torch_npu {have['torch_npu']}'s {row['python']}",
-                            row["source"], f"use a Python {row['python']} interpreter", ev))
+                            cite(row["source"]), f"use a Python {row['python']} interpreter", ev))
     return out
+
+
+def cite(source: str) -> str:
+    """The short form of a row's source for a message (the full one is in the evidence)."""
+    return source.split(";")[0].split(" (")[0].strip()
 
 
 def _pairings(key: str, version: str) -> set[str]:
@@ -254,7 +261,7 @@ def vllm_ascend(ctx):
         return [_finding(ctx, "versions.vllm_ascend", "warn",
                          f"vllm-ascend {have['vllm_ascend']} is not in the matrix", "", fix, ev)]
     out = []
-    src = row["source"]
+    src = cite(row["source"])
     if not have.get("vllm"):
         out.append(_finding(ctx, "versions.vllm_ascend", "fail", "vllm-ascend is installed without vllm",
                             f"vllm-ascend {row['version']} is a plugin for vllm {row['vllm'][0]}",
@@ -307,17 +314,17 @@ def verl(ctx):
         too = "old" if fits and parse(fits[-1]["version"]) > parse(row["version"]) else "new"
         out.append(_finding(
             ctx, "versions.verl", "fail", f"verl {have['verl']} is too {too} for vllm {have['vllm']}",
-            f"verl {row['version']} supports vllm {row['vllm']} ({row['source']}).", "\n".join(fix), ev))
+            f"verl {row['version']} supports vllm {row['vllm']} ({cite(row['source'])}).", "\n".join(fix), ev))
     if have.get("transformers") and in_spec(have["transformers"], row.get("transformers")) is False:
         out.append(_finding(
             ctx, "versions.verl", "fail",
             f"transformers {have['transformers']} is outside verl {row['version']}'s {row['transformers']}",
-            row["source"], f"pip install 'transformers{row['transformers']}'", ev))
+            cite(row["source"]), f"pip install 'transformers{row['transformers']}'", ev))
     asc = row.get("ascend")
     if asc and have.get("torch_npu") and _python_fits(have.get("python"), asc.get("python")) is False:
         out.append(_finding(ctx, "versions.verl", "warn",
                             f"Python {have['python']} is outside verl {row['version']}'s Ascend {asc['python']}",
-                            row["source"], f"use a Python {asc['python']} interpreter", ev))
+                            cite(row["source"]), f"use a Python {asc['python']} interpreter", ev))
     return out
 
 
@@ -332,14 +339,14 @@ def builds(ctx):
             ctx, "versions.builds", "fail", f"A {build['kind']} torch ({build.get('version')}) beside torch_npu",
             "torch_npu needs the CPU build of torch; with a CUDA build, `import torch_npu` fails with "
             "'Two accelerators cannot be used at the same time in PyTorch: npu and cuda'.",
-            f"pip install torch=={release(have['torch'])} --index-url https://download.pytorch.org/whl/cpu",
+            f"pip install torch=={release(have['torch'])} --index-url {CPU_INDEX}",
             {"torch_build": build}))
     platform = "npu" if have.get("torch_npu") else "gpu" if build.get("kind") == "cuda" else None
     for u in matrix().get("unsupported", []):
         if platform == u["platform"] and have.get(u["package"]):
             out.append(_finding(ctx, "versions.builds", "warn",
                                 f"{u['package'].replace('_', '-')} {have[u['package']]} is installed on {platform.upper()}",
-                                f"{u['why']} ({u['source']})", u["fix"]))
+                                f"{u['why']} ({cite(u['source'])})", u["fix"]))
     return out
 
 
@@ -410,7 +417,7 @@ def driver(ctx):
     if row and ver and not any(fnmatch(ver.upper(), p.upper()) for p in row["driver"]):
         out.append(_finding(
             ctx, "versions.driver", "warn", f"NPU driver {ver} is not listed for CANN {row['version']}",
-            f"CANN {row['version']} is documented with drivers {', '.join(row['driver'])} ({row['source']}).",
+            f"CANN {row['version']} is documented with drivers {', '.join(row['driver'])} ({cite(row['source'])}).",
             f"install the Ascend HDK driver/firmware paired with CANN {row['version']} "
             f"({row['driver'][0].rstrip('*')}), or check with: ascend-dmi -c", {"driver": drv, "cann": cann}))
     fw = drv.get("firmware") or {}

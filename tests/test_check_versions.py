@@ -32,7 +32,13 @@ def _versions(python, env, tmp_path):
 def test_seed_article_image_is_a_known_good_set(tmp_path):
     """CANN 8.3.RC1, torch/torch_npu 2.7.1, vllm 0.11.0, vllm-ascend 0.11.0rc1, verl 0.7.0.dev0."""
     python, _, _, env = _image(tmp_path)
-    rc, doc, found = _versions(python, env, tmp_path)
+    script = tmp_path / "run_grpo.sh"  # launched the seed article's way
+    script.write_text("export HCCL_SOCKET_IFNAME=eth6\nexport GLOO_SOCKET_IFNAME=eth6\n"
+                      "export VLLM_ASCEND_ENABLE_NZ=0\npython -m verl.trainer.main_ppo "
+                      "algorithm.adv_estimator=grpo actor_rollout_ref.rollout.name=vllm "
+                      "trainer.n_gpus_per_node=8 trainer.nnodes=2 trainer.device=npu $@\n")
+    rc, doc, found = check_inproc(python=python, cwd=tmp_path, only="versions,imports", env=env,
+                                  launch=["bash", str(script)])
     assert rc == 0, problems(doc)
     assert not problems(doc, ("fail", "warn"))
     have = found["versions.stack"][0]["evidence"]["installed"]
@@ -49,8 +55,8 @@ def test_cann_that_does_not_match_torch_npu_fails_with_the_nearest_set(tmp_path)
     f = next(f for f in found["versions.torch_npu"] if "CANN" in f["title"])
     assert f["status"] == "fail" and "8.0.0" in f["title"] and "torch_npu 2.7.1" in f["title"]
     assert "8.3.RC1" in f["message"]
-    # The installed CANN is the hardest thing to change: the nearest set keeps it.
-    assert "cann 8.0.0" in f["fix"] and "pip install" in f["fix"]
+    # Every package belongs to the 8.3.RC1 set: the nearest set changes CANN only.
+    assert "install CANN 8.3.RC1" in f["fix"] and "pip install" not in f["fix"]
     va = next(f for f in found["versions.vllm_ascend"] if "CANN" in f["title"])
     assert va["status"] == "fail"
 
@@ -143,3 +149,13 @@ def test_documented_vllm_ascend_sets_pass_their_own_judgement(tmp_path, row_inde
     python, _, _, env = _image(tmp_path, stack=stack, cann=row["cann"][0], driver=None)
     rc, doc, found = _versions(python, env, tmp_path)
     assert not [f for f in problems(doc) if f["id"] in ("versions.vllm_ascend", "versions.torch_npu")], row
+
+
+def test_nearest_set_keeps_cann_when_packages_are_what_is_off():
+    from checks.versions import install_command, nearest_set
+
+    have = {"cann": "8.3.RC1", "torch": "2.5.1+cpu", "torch_npu": "2.5.1", "vllm": "0.11.0",
+            "vllm_ascend": "0.11.0rc1"}
+    target = nearest_set(have)
+    assert (target["cann"], target["torch_npu"], target["vllm_ascend"]) == ("8.3.RC1", "2.7.1", "0.11.0rc1")
+    assert install_command(have, target) == "pip install torch==2.7.1 torch-npu==2.7.1"
