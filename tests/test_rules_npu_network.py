@@ -16,6 +16,7 @@ import pytest
 from knowledge.catalog import RULES_DIR, load_file, load_rules
 from knowledge.explain import explain_paths, explain_text
 from tests.conftest import ROOT, SHARED
+from tests.netns import NetnsCluster, netns_unavailable_reason
 
 RULE_FILES = ("ascend.toml", "network.toml", "vllm.toml")
 FIXTURES = ROOT / "tests" / "fixtures" / "explain"
@@ -146,3 +147,56 @@ def test_live_torch_distributed_failures_are_explained():
         scenario, output = part.split("\n", 1)
         found = explain_text(output)
         assert found and found[0].rule == scenario, output[-2000:]
+
+
+# Rank script for the two-host test: a Gloo all-reduce with GLOO_SOCKET_IFNAME unset.
+GLOO_RANK = """
+import datetime, sys, torch, torch.distributed as dist
+rank, master = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", init_method=f"tcp://{master}:29541", rank=rank, world_size=2,
+                        timeout=datetime.timedelta(seconds=20))
+x = torch.ones(4)
+dist.all_reduce(x)
+print("all-reduce done", x.tolist())
+"""
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(netns_unavailable_reason() is not None, reason=str(netns_unavailable_reason()))
+def test_live_two_hosts_whose_hostname_resolves_to_loopback(tmp_path):
+    """DESIGN.md's trap: GLOO_SOCKET_IFNAME unset and the hostname on 127.0.0.1 prints no warning;
+    every rank advertises loopback and connectFullMesh fails. The log must still name it."""
+    import os
+    cluster = NetnsCluster(tmp_path, tag=f"ex{os.getpid() % 1000}")
+    procs: list[subprocess.Popen] = []
+    try:
+        cluster.create()
+        for node in cluster.nodes.values():  # a container-style /etc/hosts: hostname -> 127.0.0.1
+            (Path("/etc/netns") / node.ns / "hosts").write_text(
+                f"127.0.0.1 localhost {node.hostname}\n::1 localhost\n")
+        master = cluster.nodes["a"].ip
+        for rank, node in enumerate("ab"):
+            argv = cluster.argv(node, [sys.executable, "-c", GLOO_RANK, str(rank), master])
+            procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True))
+        # One rank fails within a second of meeting the other; the other hangs in Gloo's connect.
+        first = _first_to_exit(procs, timeout=150)
+        output = first.stdout.read()
+    finally:
+        cluster.destroy()
+        for proc in procs:
+            proc.wait(timeout=30)
+    assert first.returncode != 0, output
+    found = explain_text(output)
+    assert found and found[0].rule == "gloo-hostname-loopback", output[-2000:]
+
+
+def _first_to_exit(procs: list[subprocess.Popen], timeout: float) -> subprocess.Popen:
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in procs:
+            if proc.poll() is not None:
+                return proc
+        time.sleep(0.1)
+    raise AssertionError("neither Gloo rank finished")
