@@ -61,19 +61,22 @@ def probe_request(ctx) -> dict:
 
 def start_probe(ctx) -> subprocess.Popen | dict:
     """Start the target interpreter; a missing interpreter is a fact, not a crash."""
+    if not ctx.cwd.is_dir():
+        return {"ok": False, "error": f"the launch directory {ctx.cwd} does not exist"}
     try:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [ctx.python, "-c", PROBE_SOURCE.read_text(), json.dumps(probe_request(ctx))],
             cwd=str(ctx.cwd), env=ctx.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL, text=True, start_new_session=True)
     except OSError as exc:
         return {"ok": False, "error": f"cannot run {ctx.python}: {exc.strerror or exc}"}
+    proc.started = time.perf_counter()
+    return proc
 
 
 def finish_probe(proc, timeout: float) -> dict:
     if isinstance(proc, dict):
         return proc
-    t0 = time.perf_counter()
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -94,7 +97,7 @@ def finish_probe(proc, timeout: float) -> dict:
     except ValueError:
         return {"ok": False, "error": "the interpreter printed no probe result"}
     data["ok"] = True
-    data["seconds"] = round(time.perf_counter() - t0, 3)
+    data["seconds"] = round(time.perf_counter() - proc.started, 3)
     return data
 
 

@@ -87,6 +87,11 @@ def entry(ctx):
     launch = ctx.launch
     facts = ctx.get_facts()
     probe = probe_of(ctx)
+    if not (facts.get("cwd") or {}).get("exists", True):
+        return [_finding(ctx, "workdir.entry", "fail", f"The launch directory {ctx.cwd} does not exist",
+                         "the launch changes into (or is started from) a directory this node lacks",
+                         "fix the `cd` in the launch script, or create/mount the directory",
+                         {"cwd": str(ctx.cwd)})]
     if launch.module and probe.get("ok"):
         mod = probe.get("module") or {}
         if mod.get("file"):
