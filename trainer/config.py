@@ -111,10 +111,10 @@ KEYS: dict[str, Key] = {
     # reward
     "reward.custom_reward_function.path": Key(None, "file (or pkg://module) defining the scorer"),
     "reward.custom_reward_function.name": Key("compute_score", "scorer function name"),
-    "reward.custom_reward_function.reward_kwargs": Key({}, "extra keyword arguments for the scorer"),
+    "reward.custom_reward_function.reward_kwargs": Key({}, "extra keyword arguments for the scorer", verl=False),
     "reward.reward_manager.name": Key("naive", "reward manager (only naive is supported)"),
     "custom_reward_function.path": Key(None, "legacy key; verl 0.9 ignores it, this trainer honours it with a notice"),
-    "custom_reward_function.name": Key("compute_score", "legacy key, see custom_reward_function.path"),
+    "custom_reward_function.name": Key(None, "legacy key (null means compute_score), see custom_reward_function.path"),
     # trainer
     "trainer.total_epochs": Key(30, "passes over the training data"),
     "trainer.total_training_steps": Key(None, "stop after this many steps (overrides total_epochs)"),

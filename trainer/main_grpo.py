@@ -15,7 +15,6 @@ import time
 import traceback
 from pathlib import Path
 
-from trainer import checkpoint
 from trainer.config import A, KEYS, R, ConfigError, help_text, parse_overrides, validate
 
 
@@ -172,6 +171,8 @@ class Trainer:
             threads = place.options["num_cpus"] if device == "cpu" else None
             if cluster.local and device == "cpu":
                 threads = max(1, total_cpus // world)  # local nodes share this machine's cores
+            if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+                threads = int(os.environ["OMP_NUM_THREADS"])  # the user's choice wins
             self.workers.append(remote.options(name=None, max_concurrency=2, **place.options)
                                 .remote(cfg, self.plan, rank, world, threads))
         addr, port = ray.get(self.workers[0].address.remote()) if world > 1 else (None, None)
@@ -186,6 +187,8 @@ class Trainer:
     # -- state ---------------------------------------------------------------------------------------
     def resume(self) -> int:
         import ray
+
+        from trainer import checkpoint
 
         cfg = self.cfg
         mode = cfg["trainer.resume_mode"]
@@ -209,6 +212,8 @@ class Trainer:
 
     def save(self, step: int) -> None:
         import ray
+
+        from trainer import checkpoint
 
         states = ray.get([w.get_state.remote() for w in self.workers])
         epoch, _ = self.schedule.rows(step)
