@@ -429,3 +429,102 @@ def driver(ctx):
             "upgrade the NPU firmware to the one shipped with this driver (Ascend HDK), then reboot",
             {"driver": drv}))
     return out
+
+
+# --- --deep: does the stack actually import, and do a device op and a collective work? -------
+
+DEEP_SCRIPT = r"""
+import json, sys, time
+want = json.loads(sys.argv[1])
+out = {}
+
+def attempt(name, fn):
+    t0 = time.perf_counter()
+    try:
+        out[name] = {"ok": True, "detail": fn()}
+    except BaseException as exc:  # an import can raise anything, SystemExit included
+        msg = (str(exc).strip().splitlines() or [""])[0][:400]
+        out[name] = {"ok": False, "error": f"{type(exc).__name__}: {msg}"}
+    out[name]["seconds"] = round(time.perf_counter() - t0, 2)
+
+attempt("torch", lambda: __import__("torch").__version__)
+for mod in want["modules"]:
+    attempt(mod, lambda mod=mod: getattr(__import__(mod), "__version__", "imported"))
+
+def device_op():
+    import torch
+    if "torch_npu" in want["modules"]:
+        return str(torch.ones(4).npu().sum().item())
+    if torch.cuda.is_available():
+        return str(torch.ones(4).cuda().sum().item())
+    return "no accelerator: skipped"
+
+def gloo():
+    import socket, torch, torch.distributed as dist
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+    return str(t.tolist())
+
+if out["torch"]["ok"]:
+    attempt("device_op", device_op)
+    attempt("gloo_all_reduce", gloo)
+print(json.dumps(out))
+"""
+
+# Errors whose cause is the environment of CANN, not the package (research/ascend.md 2.3).
+_ENV_ERRORS = ("libhccl.so", "libascendcl.so", "libatb.so", "ASCEND_HOME_PATH", "ASCEND_OPP_PATH")
+
+
+def deep_probe(ctx, modules: list[str]) -> dict:
+    import json
+    import subprocess
+
+    try:
+        r = subprocess.run([ctx.python, "-c", DEEP_SCRIPT, json.dumps({"modules": modules})],
+                           cwd=str(ctx.cwd), env=ctx.env, capture_output=True, text=True,
+                           timeout=max(ctx.timeout, 10) * 6, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return {"error": f"importing the stack did not finish within {max(ctx.timeout, 10) * 6:g} s"}
+    except OSError as exc:
+        return {"error": f"cannot run {ctx.python}: {exc.strerror or exc}"}
+    try:
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
+        return {"error": f"the interpreter died while importing the stack: {tail[:300]}"}
+
+
+@check("versions.deep", "versions", "The stack imports and runs (--deep)", applies=lambda ctx: ctx.deep)
+def deep(ctx):
+    have = installed(ctx)
+    modules = [m for m in ("torch_npu", "vllm", "vllm_ascend") if have.get(m)]
+    result = deep_probe(ctx, modules)
+    if "error" in result:
+        return [_finding(ctx, "versions.deep", "fail", "Importing the stack failed", result["error"],
+                         f"run it by hand to see the traceback: {ctx.python} -c 'import torch'", result)]
+    out = []
+    cann = (ctx.get_facts().get("ascend") or {}).get("cann") or {}
+    for name, r in result.items():
+        if r.get("ok"):
+            continue
+        if any(e in r["error"] for e in _ENV_ERRORS):
+            fix = f"source {cann.get('set_env') or '/usr/local/Ascend/ascend-toolkit/set_env.sh'}" \
+                  " (and /usr/local/Ascend/nnal/atb/set_env.sh for libatb)"
+        elif name in ("device_op", "gloo_all_reduce"):
+            fix = "check the device (npu-smi info / nvidia-smi) and the loopback interface (ip link set lo up)"
+        else:
+            pip = matrix()["pip_names"].get(name, name)
+            fix = f"pip install --force-reinstall --no-deps {pip}=={have.get(name) or '<version>'}"
+        what = {"device_op": "A tiny device op failed", "gloo_all_reduce": "A one-process Gloo all-reduce failed"}
+        out.append(_finding(ctx, "versions.deep", "fail", what.get(name, f"`import {name}` fails"),
+                            r["error"], fix, {"results": result}))
+    if not out:
+        done = ", ".join(f"{k} ({v['seconds']} s)" for k, v in result.items())
+        out.append(_finding(ctx, "versions.deep", "pass", "The stack imports and runs (--deep)", done,
+                            evidence={"results": result}))
+    return out

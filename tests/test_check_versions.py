@@ -159,3 +159,16 @@ def test_nearest_set_keeps_cann_when_packages_are_what_is_off():
     target = nearest_set(have)
     assert (target["cann"], target["torch_npu"], target["vllm_ascend"]) == ("8.3.RC1", "2.7.1", "0.11.0rc1")
     assert install_command(have, target) == "pip install torch==2.7.1 torch-npu==2.7.1"
+
+
+def test_deep_imports_the_stack_and_names_what_breaks(tmp_path):
+    """--deep really imports: a torch_npu whose compiled extension is missing fails to import."""
+    python, site = make_venv(tmp_path / "env")
+    lay_dist(site, "torch", "2.7.1+cpu")
+    lay_dist(site, "torch_npu", "2.7.1", files={"__init__.py": "from torch_npu import _C\n"})
+    rc, doc, found = check_inproc(python=python, cwd=tmp_path, only="versions.deep", env=clean_env())
+    assert found["versions.deep"][0]["status"] == "skip"  # not asked for
+    rc, doc, found = check_inproc(python=python, cwd=tmp_path, only="versions.deep", env=clean_env(), deep=True)
+    npu = next(f for f in found["versions.deep"] if "torch_npu" in f["title"])
+    assert rc == 1 and npu["status"] == "fail" and "_C" in npu["message"]
+    assert "pip install --force-reinstall --no-deps torch-npu==2.7.1" in npu["fix"]

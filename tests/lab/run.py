@@ -43,7 +43,8 @@ def problems(doc, status=("fail",)) -> list[dict]:
 
 
 def check_inproc(*, python, cwd, launch: list[str] | None = None, env: dict | None = None,
-                 only: str | None = None, nodes: int | None = None, timeout: float = 20):
+                 only: str | None = None, nodes: int | None = None, timeout: float = 20,
+                 deep: bool = False):
     """The same checks as `doctor check --only ONLY [-- LAUNCH]`, run in this process (the probe
     of `python` is still a real subprocess): (exit code, document, findings by id). Saves the CLI's
     start-up where the CLI itself is not what a test is about."""
@@ -57,7 +58,8 @@ def check_inproc(*, python, cwd, launch: list[str] | None = None, env: dict | No
     if parsed is not None:
         env.update(parsed.env)
     base = parsed.cwd if parsed is not None and parsed.cwd else Path(cwd).resolve()
-    ctx = CheckContext(cwd=base, python=str(python), env=env, launch=parsed, nodes=nodes, timeout=timeout)
+    ctx = CheckContext(cwd=base, python=str(python), env=env, launch=parsed, nodes=nodes, timeout=timeout,
+                       deep=deep)
     wanted = set(only.split(",")) if only else None
     findings = flatten(run_checks(select(all_checks(), wanted, None), ctx))
     doc = {"status": overall_status(findings), "findings": [f.to_dict() for f in findings]}
