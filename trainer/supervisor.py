@@ -19,6 +19,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -300,6 +301,7 @@ class Options:
     node_wait_s: float = 300.0
     node_probe_s: float = 10.0
     preflight: bool = True
+    stop_grace_s: float = 15.0  # after Ctrl-C, how long the job may take to stop before SIGTERM
     echo: TextIO | None = None  # where the child's output and our notes go (None: stdout)
     device_memory: int | None = None  # bytes per device: enables the memory estimate
     fits: Callable[[dict], bool | None] | None = None  # or give the estimate directly
@@ -472,6 +474,8 @@ class Supervisor:
 
     def _decide(self, attempt: Attempt, diagnosis: Diagnosis) -> None:
         action = downshift.action_for(diagnosis.category, diagnosis.rule)
+        if action == "wait_retry" and not self._external_cluster():
+            action = "retry_once"  # nothing to wait for: the job starts its own Ray each time
         retries_used = sum(a.decision in ("downshift", "retry") for a in self.attempts[:-1])
         if action == "stop":
             attempt.decision, attempt.reason = "stop", f"a {diagnosis.kind} failure: a relaunch cannot fix it"
@@ -495,9 +499,8 @@ class Supervisor:
             attempt.decision, attempt.reason = "retry", f"transient {diagnosis.kind} failure: retry unchanged"
         else:  # retry_once
             before = self.attempts[-2] if len(self.attempts) > 1 else None
-            again = before is not None and before.decision == "retry" and \
-                downshift.action_for((before.diagnosis or {}).get("category"),
-                                     (before.diagnosis or {}).get("rule")) == "retry_once"
+            again = before is not None and before.decision == "retry" and before.changes == {} and \
+                (before.diagnosis or {}).get("rule") == diagnosis.rule
             if again:
                 attempt.decision, attempt.reason = "stop", f"{diagnosis.kind} failure again after an unchanged retry"
             else:
@@ -525,11 +528,14 @@ class Supervisor:
         cfg = self.config()
         return cfg.get("ray_kwargs.ray_init.address") or self.engine.env.get("RAY_ADDRESS")
 
+    def _external_cluster(self) -> bool:
+        return self.ray_address() not in (None, "", "local")
+
     def _cluster_ready(self) -> bool:
         """Before a relaunch on an existing Ray cluster: wait (bounded) for the nodes it needs."""
-        address = self.ray_address()
-        if not address or address == "local":
+        if not self._external_cluster():
             return True
+        address = self.ray_address()
         try:
             needed = int(self.config().get("trainer.nnodes", 1))
         except (TypeError, ValueError):
@@ -589,6 +595,10 @@ class Supervisor:
         if self._interrupts == 1:
             self.say("stopping the run cleanly (Ctrl-C again to kill it)")
             _signal(child.pid, signal.SIGINT)
+            # A driver blocked in native code may not see SIGINT: SIGTERM after a grace period.
+            timer = threading.Timer(self.opt.stop_grace_s, _signal_if_running, (child, signal.SIGTERM))
+            timer.daemon = True
+            timer.start()
         else:
             self.say("killing the run")
             _signal_group(child.pid, signal.SIGKILL)
@@ -646,6 +656,11 @@ class Supervisor:
         if self.preflight_findings:
             doc["preflight"] = self.preflight_findings
         return _redact(doc)
+
+
+def _signal_if_running(proc: subprocess.Popen, sig: int) -> None:
+    if proc.poll() is None:
+        _signal(proc.pid, sig)
 
 
 def _signal(pid: int, sig: int) -> None:
