@@ -85,3 +85,16 @@ def test_bad_usage_is_one_line_and_exit_2(args):
     r = doctor(*args)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_doctor_itself_never_imports_the_heavy_stack(tmp_path):
+    """The stack is only ever imported by the probed interpreter, in a subprocess."""
+    script = tmp_path / "run.sh"
+    script.write_text("python3 -m verl.trainer.main_ppo trainer.nnodes=2 actor_rollout_ref.rollout.name=vllm\n")
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "doctor", "check", "--json",
+                        "--python", sys.executable, "--cwd", str(tmp_path), "--", "bash", str(script)],
+                       cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode in (0, 1) and json.loads(r.stdout)["schema"] == "doctor.check/v1"
+    imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    heavy = {m for m in imported if m.split(".")[0] in ("torch", "torch_npu", "vllm", "vllm_ascend", "verl", "ray")}
+    assert not heavy, sorted(heavy)[:5]
