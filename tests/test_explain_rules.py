@@ -1,0 +1,74 @@
+"""Every rule of the catalog explains its own fixtures first; clean logs give no finding.
+
+Fixtures are real: excerpts of public logs (URL on line 1) or failures reproduced here (the
+command on line 1). The reproductions of verl/torch/transformers functions ran
+`/tmp/repro/fn/cases.py NAME` in the project's venv; its cases are, verbatim:
+
+    reward-file   get_custom_reward_fn(reward.custom_reward_function.path=rewards/gsm8k_reward.py)
+    reward-name   the same with a file that defines `score` but not `compute_score`
+    data-source   verl.utils.reward_score.default_compute_score("gsm8k", ...)
+    empty-dataset verl.trainer.ppo.utils.create_rl_sampler(data_config, [])
+    data-missing  RLHFDataset(data_files=["data/gsm8k/train.parquet"], ...)
+    flash-attn    AutoModelForCausalLM.from_config(tiny Qwen2, attn_implementation="flash_attention_2")
+    nccl          init_process_group("cpu:gloo,cuda:nccl") + all_reduce on cuda (CPU torch)
+    no-vllm       from vllm import LLM
+    rollout-name  omega_conf_to_dataclass(compose("ppo_trainer").actor_rollout_ref.rollout)
+    rollout-sync  the same with rollout.name=vllm rollout.mode=sync
+    model-path    AutoConfig.from_pretrained("/models/Qwen2.5-0.5B-Instruct") (absent)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from knowledge.catalog import load_rules
+from knowledge.explain import explain_paths
+
+from .conftest import SHARED
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "explain"
+CLEAN_LOGS = sorted((SHARED / "research" / "clean-logs").glob("*.log"))
+RULES = load_rules()
+
+
+def fixtures_of(rule_id: str) -> list[Path]:
+    return sorted([FIXTURES / f"{rule_id}.log", *FIXTURES.glob(f"{rule_id}--*.log")])
+
+
+def fixture_cases():
+    for rule in RULES:
+        for path in fixtures_of(rule.id):
+            yield pytest.param(rule.id, path, id=path.stem)
+
+
+@pytest.mark.parametrize("rule", [r.id for r in RULES])
+def test_every_rule_has_a_sourced_fixture(rule):
+    paths = [p for p in fixtures_of(rule) if p.exists()]
+    assert paths, f"rule {rule} has no fixture tests/fixtures/explain/{rule}.log"
+    for path in paths:
+        first = path.read_text(errors="replace").splitlines()[0]
+        assert first.startswith("# source: http") or first.startswith("# source: reproduced here: "), \
+            f"{path.name}: line 1 must be '# source: <URL>' or '# source: reproduced here: <command>'"
+
+
+@pytest.mark.parametrize("rule,path", [c for c in fixture_cases() if c.values[1].exists()])
+def test_fixture_is_explained_by_its_rule_first(rule, path):
+    found = explain_paths([str(path)])
+    assert found, f"{path.name}: nothing explained"
+    assert found[0].rule == rule, (
+        f"{path.name}: ranked {[f.rule for f in found]}, expected {rule} first")
+    assert found[0].lines and all(ln.n >= 2 for ln in found[0].lines)  # line 1 is the header
+
+
+def test_no_orphan_fixtures():
+    ids = {r.id for r in RULES}
+    orphans = [p.name for p in FIXTURES.glob("*.log") if p.stem.split("--")[0] not in ids]
+    assert not orphans, f"fixtures without a rule: {orphans}"
+
+
+@pytest.mark.skipif(not CLEAN_LOGS, reason="shared clean logs not present")
+@pytest.mark.parametrize("path", CLEAN_LOGS, ids=[p.name for p in CLEAN_LOGS])
+def test_clean_logs_have_no_finding(path):
+    found = explain_paths([str(path)])
+    assert found == [], f"{path.name}: false finding {[(f.rule, f.lines[0].text) for f in found]}"
