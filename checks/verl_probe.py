@@ -207,7 +207,10 @@ def _task_data(req: dict, cfg: dict) -> dict:
         out["registered"] = _registered(sorted(sources))
     model_path = _get(cfg, "actor_rollout_ref.model.path")
     tok_path = _get(cfg, "actor_rollout_ref.model.tokenizer_path") or model_path
-    if samples and tok_path:
+    if samples and tok_path and not os.path.isdir(os.path.expanduser(str(tok_path))):
+        out["tokenizer_error"] = (f"{tok_path} is not a directory here (doctor reads local models only; "
+                                  "a hub id would be downloaded by verl at start-up)")
+    elif samples and tok_path:
         try:
             lengths, failures, kind = _token_lengths(os.path.expanduser(str(tok_path)), [m for _, m in samples])
         except Exception as exc:
