@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from fnmatch import fnmatch
+from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -158,6 +159,20 @@ def nearest_fix(have: dict) -> tuple[str, dict]:
         f"\n{cmd}" if cmd else ""), target
 
 
+def cite(source: str) -> str:
+    """The short form of a row's source for a message (the full one is in the evidence)."""
+    return source.split(";")[0].split(" (")[0].strip()
+
+
+def _pairings(key: str, version: str) -> set[str]:
+    """CANN versions that other documented sets pair with this package version."""
+    out = set()
+    for s in known_good_sets():
+        if same_version(s.get(key), version):
+            out.add(s["cann"])
+    return out
+
+
 # --- checks -----------------------------------------------------------------------------------
 
 def _summary(have: dict, build: dict | None) -> str:
@@ -180,10 +195,6 @@ def stack(ctx):
                      _summary(have, probe.get("torch_build")),
                      evidence={"installed": have, "torch_build": probe.get("torch_build"),
                                "ascend": ctx.get_facts().get("ascend")})]
-
-
-def _python_fits(py: str | None, spec: str | None) -> bool | None:
-    return in_spec(py, spec)
 
 
 @check("versions.torch_npu", "versions", "torch_npu matches torch, CANN and Python")
@@ -226,25 +237,11 @@ def torch_npu(ctx):
                 + (" (same CANN line: usually works, not documented)." if status == "warn" else
                    ". Mismatches surface later as undefined symbols or ACL errors at set_device."),
                 fix or f"pip install torch_npu built for CANN {cann}", ev))
-    fits = _python_fits(have.get("python"), row.get("python"))
+    fits = in_spec(have.get("python"), row.get("python"))
     if fits is False:
         out.append(_finding(ctx, "versions.torch_npu", "fail",
                             f"Python {have['python']} is outside torch_npu {have['torch_npu']}'s {row['python']}",
                             cite(row["source"]), f"use a Python {row['python']} interpreter", ev))
-    return out
-
-
-def cite(source: str) -> str:
-    """The short form of a row's source for a message (the full one is in the evidence)."""
-    return source.split(";")[0].split(" (")[0].strip()
-
-
-def _pairings(key: str, version: str) -> set[str]:
-    """CANN versions that other documented sets pair with this package version."""
-    out = set()
-    for s in known_good_sets():
-        if same_version(s.get(key), version):
-            out.add(s["cann"])
     return out
 
 
@@ -287,7 +284,7 @@ def vllm_ascend(ctx):
             f"CANN {cann} does not match vllm-ascend {have['vllm_ascend']}",
             f"vllm-ascend {row['version']} is built and tested on CANN {', '.join(row['cann'])} ({src}).",
             fix, ev))
-    if _python_fits(have.get("python"), row.get("python")) is False:
+    if in_spec(have.get("python"), row.get("python")) is False:
         out.append(_finding(ctx, "versions.vllm_ascend", "fail",
                             f"Python {have['python']} is outside vllm-ascend {row['version']}'s {row['python']}",
                             src, f"use a Python {row['python']} interpreter", ev))
@@ -321,7 +318,7 @@ def verl(ctx):
             f"transformers {have['transformers']} is outside verl {row['version']}'s {row['transformers']}",
             cite(row["source"]), f"pip install 'transformers{row['transformers']}'", ev))
     asc = row.get("ascend")
-    if asc and have.get("torch_npu") and _python_fits(have.get("python"), asc.get("python")) is False:
+    if asc and have.get("torch_npu") and in_spec(have.get("python"), asc.get("python")) is False:
         out.append(_finding(ctx, "versions.verl", "warn",
                             f"Python {have['python']} is outside verl {row['version']}'s Ascend {asc['python']}",
                             cite(row["source"]), f"use a Python {asc['python']} interpreter", ev))
@@ -359,8 +356,6 @@ def cann_env(ctx):
     needs = bool(have.get("torch_npu") or have.get("vllm_ascend"))
     out = []
     home = env.get("ASCEND_HOME_PATH")
-    from pathlib import Path
-
     if home and not Path(home).is_dir():
         out.append(_finding(ctx, "versions.cann_env", "fail", f"ASCEND_HOME_PATH={home} does not exist",
                             "torch_npu raises 'ASCEND_HOME_PATH : ... does not exist' at import.",

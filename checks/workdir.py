@@ -7,6 +7,7 @@ article's "cd /verl before running the script" (its section 2.3).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from checks.facts import probe_of, winner_path
 from checks.model import Finding
@@ -107,8 +108,6 @@ def entry(ctx):
                          f"{what}; python would exit with 'No module named {launch.module}'.", fix,
                          {"module": mod, "checkouts": homes, "cwd": str(ctx.cwd)})]
     if launch.entry:
-        from pathlib import Path
-
         p = Path(launch.entry).expanduser()
         full = p if p.is_absolute() else ctx.cwd / p
         if not full.exists():

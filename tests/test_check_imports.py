@@ -3,7 +3,6 @@ Each test builds the situation for real: a virtual environment with a package in
 and source trees on the path the way a launch directory, PYTHONPATH or a .pth puts them there."""
 from __future__ import annotations
 
-import os
 import time
 
 import pytest

@@ -73,7 +73,7 @@ def lay_dist(site: Path, dist: str, version: str, import_name: str | None = None
     pkg = write_package(site, import_name, version, extra=files)
     info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True, exist_ok=True)
-    meta = [f"Metadata-Version: 2.1", f"Name: {dist}", f"Version: {version}"]
+    meta = ["Metadata-Version: 2.1", f"Name: {dist}", f"Version: {version}"]
     meta += [f"Requires-Dist: {r}" for r in requires]
     (info / "METADATA").write_text("\n".join(meta) + "\n\n")
     (info / "INSTALLER").write_text("pip\n")
