@@ -13,7 +13,6 @@ How a log is read (constant memory, any size):
 """
 from __future__ import annotations
 
-import gzip
 import io
 import re
 import sys
@@ -221,8 +220,52 @@ def open_log(path: str) -> tuple[BinaryIO, str]:
         head = raw.read(2)
         raw.seek(0)
     if head == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw, mode="rb"), name
+        return GzipStream(raw), name
     return raw, name
+
+
+class GzipStream(io.RawIOBase):
+    """A streaming gzip reader that keeps what it decoded when the file ends early (a crashed job's
+    half-written log.gz): `truncated` says so instead of losing the last block to an exception."""
+
+    def __init__(self, raw: BinaryIO):
+        self.raw = raw
+        self.z = zlib.decompressobj(wbits=31)
+        self.pending = b""
+        self.truncated = False
+        self.started = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, view) -> int:
+        while not self.pending:
+            data = self.raw.read(1 << 20)
+            if not data:
+                if not self.z.eof and self.started:
+                    self.truncated = True
+                self.pending = self.z.flush() if not self.z.eof else b""
+                if not self.pending:
+                    return 0
+                break
+            while data:
+                self.pending += self.z.decompress(data, 1 << 24)
+                self.started = True
+                if self.z.eof:  # a next gzip member may follow (concatenated .gz files)
+                    data = self.z.unused_data
+                    self.z = zlib.decompressobj(wbits=31)
+                    if not data:
+                        self.started = False
+                else:
+                    data = self.z.unconsumed_tail
+        n = min(len(view), len(self.pending))
+        view[:n] = self.pending[:n]
+        self.pending = self.pending[n:]
+        return n
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
 
 
 class _Hits:
@@ -255,9 +298,11 @@ class Scan:
         self.bytes_read = 0
         self.lines_read = 0
         self.truncated = False
+        self.display: str | None = None
 
-    def feed_stream(self, stream: BinaryIO, name: str | None = None) -> None:
+    def feed_stream(self, stream: BinaryIO, name: str | None = None, display: str | None = None) -> None:
         """Scan a binary stream in blocks; only prefilter candidates cost Python work."""
+        self.display = display or name
         buf = bytearray(BLOCK_BYTES)
         view = memoryview(buf)
         filled = 0      # bytes of buf holding data: a carried partial line, then the new read
@@ -292,13 +337,14 @@ class Scan:
 
     def _fill(self, stream: BinaryIO, view: memoryview, at: int, name: str | None) -> int:
         try:
-            got = stream.readinto(view[at:])
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            got = stream.readinto(view[at:]) or 0
+        except (EOFError, zlib.error) as exc:
             if not self.bytes_read:
-                raise LogReadError(f"{name or 'log'}: not a readable gzip file ({exc})") from None
+                raise LogReadError(f"{self.display or 'log'}: not a readable gzip file ({exc})") from None
             self.truncated = True
             return 0
-        got = got or 0
+        if not got and getattr(stream, "truncated", False):
+            self.truncated = True
         self.bytes_read += got
         return got
 
@@ -485,7 +531,7 @@ def explain_report(paths: list[str], all: bool = False, matcher: Matcher | None 
         stream, name = open_log(path)
         names.append(name)
         try:
-            scan.feed_stream(stream, name if len(paths) > 1 else None)
+            scan.feed_stream(stream, name if len(paths) > 1 else None, display=name)
         except OSError as exc:
             if isinstance(exc, LogReadError):
                 raise

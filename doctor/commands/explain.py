@@ -1,0 +1,155 @@
+"""`doctor explain LOG...|-` (why did the run fail?) and `doctor rules [ID]` (a rule's page).
+
+Exit codes: 0 a cause was found, 1 nothing known matched (the lines to look at are shown),
+2 the log or the catalog could not be read.
+"""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import click
+
+from doctor.cli import DoctorError
+
+CATEGORY_COLOURS = {"memory": "magenta", "network": "cyan", "config": "yellow", "data": "yellow",
+                    "imports": "blue", "versions": "blue", "workdir": "blue", "cluster": "cyan",
+                    "other": "white"}
+
+
+def _catalog():
+    from knowledge.catalog import CatalogError, catalog
+
+    try:
+        return catalog()
+    except CatalogError as exc:
+        raise DoctorError(f"rule catalog: {exc}") from None
+
+
+def _where(line) -> str:
+    place = f"{line.file}:" if line.file else ""
+    who = ", ".join(x for x in (line.node, line.process) if x)
+    return f"{place}{line.n}" + (f" ({who})" if who else "")
+
+
+def _echo_block(label: str, text: str) -> None:
+    body = textwrap.dedent(text).strip().splitlines()
+    click.echo(f"  {click.style(label, bold=True)} {body[0] if body else ''}")
+    for line in body[1:]:
+        click.echo(f"  {' ' * len(label)} {line}")
+
+
+def _human(report, show_all: bool) -> None:
+    if not report.findings:
+        click.echo(f"No known failure matched in {', '.join(report.sources)} "
+                   f"({report.lines_read} lines).")
+        if report.fallback:
+            click.echo("Lines to look at first:")
+            for line in report.fallback:
+                click.echo(f"  {_where(line):>12}  {line.to_dict()['text']}")
+        click.echo("If this is a known failure, `doctor rules` lists what doctor recognises.")
+        return
+    top, rest = report.findings[0], report.findings[1:]
+    colour = CATEGORY_COLOURS.get(top.category, "white")
+    head = click.style(f"[{top.category}]", fg=colour, bold=True)
+    phase = f" (phase: {top.phase})" if top.phase else ""
+    click.echo(f"{head} {click.style(top.title, bold=True)}{phase}  {click.style(top.rule, dim=True)}")
+    for line in top.lines:
+        click.echo(f"  {click.style(_where(line), dim=True)}: {line.to_dict()['text']}")
+    _echo_block("cause:", top.cause)
+    _echo_block("fix:  ", top.fix)
+    click.echo(f"  {click.style('more:', dim=True)}  doctor rules {top.rule}")
+    if rest:
+        click.echo("\nAlso seen" + ("" if show_all else " (after the cause, or less specific)") + ":")
+        for f in rest:
+            tag = " [consequence]" if f.consequence else ""
+            tag += f" [same line as {f.subsumed_by}]" if f.subsumed_by else ""
+            click.echo(f"  - {f.rule}: {f.title} (line {_where(f.lines[0])}){tag}")
+    if report.truncated:
+        click.echo(click.style("note: the compressed log ended early; explained what was there.", dim=True))
+
+
+@click.command("explain")
+@click.argument("logs", nargs=-1, metavar="LOG...|-")
+@click.option("--json", "as_json", is_flag=True, help="JSON on stdout (schema doctor.explain/v1).")
+@click.option("--all", "show_all", is_flag=True,
+              help="Also findings whose evidence a higher-ranked one already explains.")
+@click.option("--list", "list_rules", is_flag=True, help="List every rule doctor knows.")
+def explain(logs, as_json, show_all, list_rules):
+    """Name the root cause of a failed run from its log(s), with the evidence and the fix.
+
+    LOG may be a file, a .gz file, or - for stdin. Several logs (e.g. one per node) are read as
+    one incident.
+    """
+    if list_rules:
+        _list(as_json)
+        return 0
+    if not logs:
+        raise DoctorError("give a log file (or - for stdin); see doctor explain --help")
+    _catalog()
+    from knowledge.explain import LogReadError, explain_report
+
+    try:
+        report = explain_report(list(logs), all=show_all)
+    except LogReadError as exc:
+        raise DoctorError(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        _human(report, show_all)
+    return 0 if report.findings else 1
+
+
+def _list(as_json: bool) -> None:
+    rules = _catalog()
+    if as_json:
+        click.echo(json.dumps([r.to_dict() for r in rules], indent=2))
+        return
+    width = max(len(r.id) for r in rules)
+    for r in sorted(rules, key=lambda r: (r.category, r.id)):
+        click.echo(f"{r.id:<{width}}  {r.category:<8}  {','.join(r.platforms):<7}  {r.title}")
+    click.echo(f"\n{len(rules)} rules. Details: doctor rules ID")
+
+
+@click.command("rules")
+@click.argument("rule_id", required=False, metavar="[ID]")
+@click.option("--json", "as_json", is_flag=True, help="The rule as JSON.")
+def rules(rule_id, as_json):
+    """Print a rule's page: what it detects, why it happens, how to fix it (like `ruff rule`).
+
+    Without ID, list all rules.
+    """
+    if not rule_id:
+        _list(as_json)
+        return 0
+    rule = next((r for r in _catalog() if r.id == rule_id), None)
+    if rule is None:
+        raise DoctorError(f"unknown rule {rule_id!r}; `doctor rules` lists them")
+    if as_json:
+        click.echo(json.dumps(rule.to_dict(), indent=2))
+        return 0
+    click.echo(f"# {rule.title} ({rule.id})\n")
+    meta = f"Category: {rule.category}. Platforms: {', '.join(rule.platforms)}."
+    if rule.phase:
+        meta += f" Phase: {rule.phase}."
+    if rule.consequence:
+        meta += " A consequence: ranked below any real cause in the same log."
+    click.echo(meta + "\n")
+    click.echo("## What it matches\n")
+    for p in rule.patterns:
+        click.echo(f"    {p}")
+    if rule.near:
+        click.echo(f"\n  with, within {rule.near.within} lines:\n\n    {rule.near.pattern}")
+    if rule.requires:
+        click.echo(f"\n  and somewhere in the log:\n\n    {rule.requires}")
+    click.echo("\n## Why it happens\n")
+    click.echo(textwrap.dedent(rule.cause).strip())
+    click.echo("\n## How to fix it\n")
+    click.echo(textwrap.dedent(rule.fix).strip())
+    click.echo("\n## References\n")
+    for ref in rule.references:
+        click.echo(f"- {ref}")
+    return 0
+
+
+commands = {"explain": explain, "rules": rules}

@@ -1,0 +1,294 @@
+"""doctor explain: reading (stdin, gzip, CRLF, Ray prefixes, huge lines), ranking, the CLI
+contract, the rule loader's errors, and a fuzz run against every pattern."""
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+import knowledge.explain as ex
+from knowledge.catalog import CatalogError, catalog, load_rules
+from knowledge.explain import Matcher, explain_paths, explain_report, explain_text
+
+from .conftest import ROOT, run_doctor
+
+FIX = ROOT / "tests" / "fixtures" / "explain"
+SCHEMA = json.loads((ROOT / "knowledge" / "schemas" / "doctor.explain.schema.json").read_text())
+
+
+def body(name: str) -> str:
+    """A fixture without its `# source:` header line."""
+    return (FIX / name).read_text().split("\n", 1)[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI contract
+
+
+def test_cli_json_matches_schema_and_names_the_cause(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    r = run_doctor("explain", "--json", str(FIX / "memory-oom-log-prob.log"))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    top = doc["findings"][0]
+    assert (top["rule"], top["category"], top["phase"]) == ("memory-oom-log-prob", "memory", "log_prob")
+    assert any("CUDA out of memory" in ln["text"] for ln in top["lines"])
+
+
+def test_cli_human_output_shows_evidence_line_numbers_and_fix():
+    r = run_doctor("explain", str(FIX / "verl-batch-not-divisible.log"))
+    assert r.returncode == 0, r.stderr
+    assert "verl-batch-not-divisible" in r.stdout
+    assert "13: AssertionError: real_train_batch_size (30)" in r.stdout
+    assert "fix:" in r.stdout and "doctor rules verl-batch-not-divisible" in r.stdout
+
+
+def test_cli_nothing_known_exits_1_and_shows_where_to_look(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    log = tmp_path / "odd.log"
+    log.write_text("step:1 - loss:0.3\nTraceback (most recent call last):\n"
+                   '  File "x.py", line 1, in <module>\nZeroDivisionError: division by zero\n')
+    r = run_doctor("explain", "--json", str(log))
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["findings"] == []
+    assert [ln["n"] for ln in doc["look_at"]] == [2, 4]
+    human = run_doctor("explain", str(log))
+    assert human.returncode == 1 and "No known failure matched" in human.stdout
+
+
+def test_cli_reads_stdin():
+    r = run_doctor("explain", "-", input=(FIX / "ray-oom-killer.log").read_text())
+    assert r.returncode == 0, r.stderr
+    assert "ray-oom-killer" in r.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["/definitely/not/here.log"], "no such file"),
+    (["tests"], "is a directory"),
+    ([], "give a log file"),
+])
+def test_cli_bad_input_is_one_line_exit_2(args, message):
+    r = run_doctor("explain", *args)
+    assert r.returncode == 2
+    assert message in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_cli_rules_page_and_list():
+    page = run_doctor("rules", "memory-oom-update")
+    assert page.returncode == 0
+    for section in ("# Out of memory in the actor update", "## Why it happens", "## How to fix it",
+                    "## References", "Phase: update", "ppo_micro_batch_size_per_gpu"):
+        assert section in page.stdout
+    assert run_doctor("rules", "no-such-rule").returncode == 2
+    listing = run_doctor("explain", "--list")
+    assert listing.returncode == 0
+    assert all(r.id in listing.stdout for r in catalog())
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def test_gzip_and_truncated_gzip(tmp_path):
+    text = (FIX / "ray-oom-killer.log").read_bytes()
+    whole = tmp_path / "run.log.gz"
+    whole.write_bytes(gzip.compress(text))
+    rep = explain_report([str(whole)])
+    assert rep.findings[0].rule == "ray-oom-killer" and not rep.truncated
+    cut = tmp_path / "cut.log.gz"
+    cut.write_bytes(whole.read_bytes()[:-12])  # lost its trailer (and the last bytes)
+    rep = explain_report([str(cut)])
+    assert rep.truncated
+    assert rep.findings[0].rule == "ray-oom-killer"
+
+
+def test_ray_prefix_ansi_crlf_and_node_evidence(tmp_path):
+    raw = ("\x1b[36m(WorkerDict pid=4242, ip=10.1.2.3)\x1b[0m " + line
+           for line in body("memory-oom-log-prob.log").splitlines())
+    log = tmp_path / "ray.log"
+    log.write_bytes(("\r\n".join(raw) + "\r\n").encode())
+    top = explain_paths([str(log)])[0]
+    assert top.rule == "memory-oom-log-prob"
+    oom = [ln for ln in top.lines if "CUDA out of memory" in ln.text][0]
+    assert (oom.node, oom.process) == ("10.1.2.3", "WorkerDict pid=4242")
+    assert not oom.text.startswith("(") and "\r" not in oom.text and "\x1b" not in oom.text
+
+
+def test_line_numbers_survive_block_boundaries(monkeypatch, tmp_path):
+    noise = (ROOT.parent / "shared/research/clean-logs/005.log")
+    filler = noise.read_bytes() if noise.exists() else b"step:1 - loss:0.1\n" * 500
+    log = tmp_path / "big.log"
+    with open(log, "wb") as fh:
+        for _ in range(20):
+            fh.write(filler)
+        before = filler.count(b"\n") * 20
+        fh.write(b"AssertionError: real_train_batch_size (30) must be divisible by minimal possible batch size (8)\n")
+        fh.write(filler)
+    monkeypatch.setattr(ex, "BLOCK_BYTES", 4096)  # many blocks, lines cut at every boundary
+    rep = explain_report([str(log)])
+    assert rep.findings[0].rule == "verl-batch-not-divisible"
+    assert rep.findings[0].lines[0].n == before + 1
+    assert rep.lines_read == before + 1 + filler.count(b"\n")
+
+
+def test_several_logs_are_one_incident_with_file_names(tmp_path):
+    a, b = tmp_path / "node1.log", tmp_path / "node2.log"
+    a.write_text("step:1 - loss:0.2\n")
+    b.write_text(body("ray-oom-killer.log"))
+    rep = explain_report([str(a), str(b)])
+    assert rep.findings[0].rule == "ray-oom-killer"
+    assert rep.findings[0].lines[0].file == str(b)
+
+
+def test_secrets_in_evidence_are_redacted(tmp_path):
+    pytest.importorskip("knowledge.redact")
+    secret = "hf_" + "Zq8" * 12
+    log = tmp_path / "s.log"
+    log.write_text(f"HF_TOKEN={secret} ModuleNotFoundError: No module named 'vllm'\n")
+    r = run_doctor("explain", "--json", str(log))
+    assert r.returncode == 0 and secret not in r.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Ranking
+
+
+def test_cause_beats_the_consequences_printed_before_and_after_it():
+    # the driver reports the dead actor first; the worker's own allocation failure comes later
+    text = body("ray-actor-died.log") + body("memory-cpu-alloc-failed.log") + body("ray-task-error.log")
+    found = explain_text(text)
+    # the wrapper's traceback names update_actor next to the allocation failure: the phase is known
+    assert (found[0].rule, found[0].phase) == ("memory-oom-update", "update")
+    assert {f.rule for f in found[1:]} >= {"ray-actor-died", "ray-task-error"}
+    assert all(f.consequence for f in found[1:])
+
+
+def test_earliest_incident_wins():
+    filler = "step:1 - loss:0.1\n" * 200  # far apart: two incidents
+    text = body("verl-reward-file-not-found.log") + filler + body("memory-cuda-oom.log")
+    assert [f.rule for f in explain_text(text)][:2] == ["verl-reward-file-not-found", "memory-cuda-oom"]
+    text = body("memory-cuda-oom.log") + filler + body("verl-reward-file-not-found.log")
+    assert explain_text(text)[0].rule == "memory-cuda-oom"
+
+
+def test_specific_rule_beats_generic_on_the_same_line_and_all_shows_both():
+    text = body("memory-oom-log-prob.log")
+    default = [f.rule for f in explain_text(text)]
+    assert default == ["memory-oom-log-prob"]
+    with_all = [f.rule for f in explain_text(text, all=True)]
+    assert with_all[0] == "memory-oom-log-prob" and "memory-cuda-oom" in with_all
+
+
+def test_phase_rule_needs_its_phase_nearby():
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    far = '  File "w.py", line 9, in update_actor\n' + "step:2 - loss:0.1\n" * 200 + oom
+    near = '  File "w.py", line 9, in update_actor\n' + oom
+    assert explain_text(far)[0].rule == "memory-cuda-oom"
+    top = explain_text(near)[0]
+    assert (top.rule, top.phase) == ("memory-oom-update", "update")
+
+
+# ---------------------------------------------------------------------------------------------
+# The rule loader
+
+
+@pytest.mark.parametrize("snippet,message", [
+    ('bogus = 1', "unknown field 'bogus'"),
+    ('patterns = ["(a)\\\\1"]', "not valid RE2"),
+    ('patterns = ["foo ^bar"]', "only a leading ^"),
+    ('category = "gpu"', "unknown category"),
+    ('phase = "backward"', "unknown phase"),
+    ('patterns = ["x*"]', "matches the empty line"),
+])
+def test_catalog_rejects_bad_rules(tmp_path, snippet, message):
+    key = snippet.split(" = ")[0]
+    fields = {"id": '"a-rule"', "category": '"memory"', "title": '"t"', "platforms": '["any"]',
+              "patterns": '["some literal"]', "cause": '"c"', "fix": '"f"', "references": '["https://x"]'}
+    fields[key] = snippet.split(" = ", 1)[1]
+    (tmp_path / "bad.toml").write_text("[[rule]]\n" + "\n".join(f"{k} = {v}" for k, v in fields.items()))
+    with pytest.raises(CatalogError, match=re.escape(message)) as err:
+        load_rules(tmp_path)
+    assert "bad.toml" in str(err.value) and "a-rule" in str(err.value)
+
+
+def test_catalog_rejects_duplicate_ids(tmp_path):
+    rule = ('[[rule]]\nid = "dup"\ncategory = "other"\ntitle = "t"\nplatforms = ["any"]\n'
+            'patterns = ["abc"]\ncause = "c"\nfix = "f"\nreferences = ["https://x"]\n')
+    (tmp_path / "a.toml").write_text(rule)
+    (tmp_path / "b.toml").write_text(rule)
+    with pytest.raises(CatalogError, match="duplicate id"):
+        load_rules(tmp_path)
+
+
+def test_the_shipped_catalog_is_big_and_covers_every_category():
+    rules = catalog()
+    assert len(rules) >= 60
+    assert {r.category for r in rules} >= {"imports", "versions", "network", "workdir", "memory",
+                                          "config", "data", "cluster"}
+    assert all(r.phase for r in rules if r.id.startswith("memory-oom-"))
+
+
+def test_prefilter_engines_agree_on_every_fixture(monkeypatch):
+    """Hyperscan (when installed) and the RE2 alternation must find exactly the same causes."""
+    pytest.importorskip("hyperscan")
+    fast = ex.default_matcher()
+    monkeypatch.setenv("DOCTOR_PREFILTER", "re2")
+    slow = Matcher(catalog())
+    assert type(fast.prefilter).__name__ == "HyperscanPrefilter"
+    assert type(slow.prefilter).__name__ == "Re2Prefilter"
+    for path in sorted(FIX.glob("*.log")):
+        data = path.read_bytes()
+        a = [(f.rule, [ln.n for ln in f.lines]) for f in explain_text(data, all=True, matcher=fast)]
+        b = [(f.rule, [ln.n for ln in f.lines]) for f in explain_text(data, all=True, matcher=slow)]
+        assert a == b, path.name
+
+
+# ---------------------------------------------------------------------------------------------
+# Fuzz: hostile input never crashes and stays fast
+
+
+def _pathological(pattern: str) -> list[str]:
+    """Inputs that make backtracking engines explode on this pattern: long runs of its own
+    characters, unclosed groups, near-misses repeated."""
+    lits = "".join(ch for ch in pattern if ch.isalnum() or ch in " '_:.-()[]") or "a"
+    return [lits * 2000, (lits[: len(lits) // 2] + "(") * 3000, "(" * 50000 + "x",
+            ("a" * 30 + " ") * 5000, lits[:-1] * 500 + "\x00\xff"]
+
+
+def test_fuzz_random_bytes_truncations_huge_lines_and_hostile_strings(tmp_path):
+    rng = random.Random(20261129)
+    started = time.monotonic()
+    # random binary junk, with and without newlines
+    for size in (0, 1, 17, 4096, 3 << 20):
+        blob = rng.randbytes(size)
+        explain_text(blob)
+        explain_text(blob.replace(b"\n", b""))
+    # every fixture truncated at random points (mid-line, mid-UTF-8)
+    for path in sorted(FIX.glob("*.log")):
+        data = path.read_bytes()
+        for _ in range(3):
+            explain_text(data[: rng.randrange(len(data) + 1)])
+    # a 10 MB single line that ends in a real error
+    huge = tmp_path / "huge.log"
+    huge.write_bytes(b"x" * (10 << 20) + b" ModuleNotFoundError: No module named 'vllm'\n")
+    t0 = time.monotonic()
+    found = explain_paths([str(huge)])
+    assert time.monotonic() - t0 < 20
+    assert found and found[0].rule == "python-module-not-found" and found[0].lines[0].n == 1
+    # hostile strings against every pattern of the catalog, each bounded in time
+    for rule in catalog():
+        for pattern in rule.patterns:
+            for text in _pathological(pattern):
+                t0 = time.monotonic()
+                explain_text(text)
+                assert time.monotonic() - t0 < 5, (rule.id, pattern)
+    assert time.monotonic() - started < 120
