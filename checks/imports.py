@@ -38,7 +38,7 @@ def _how_to_remove(copy: dict, name: str, cwd) -> str:
                 f"{path}: mv {path} {path}.src")
     if why.startswith("added by "):
         pth = why[len("added by "):]
-        return f"remove the line {parent} from {pth}, or rename {path}: mv {path} {path}.src"
+        return f"remove the line that adds {parent} from {pth}, or rename {path}: mv {path} {path}.src"
     if why.startswith(("launch directory", "directory of the script")):
         return (f"rename the source tree so it cannot shadow the package: mv {path} {path}.src "
                 f"(or launch from another directory than {parent})")

@@ -42,10 +42,16 @@ def _pth_entries():
                 continue
             for line in lines:
                 line = line.strip()
-                if not line or line.startswith(("#", "import ", "import\t")):
+                if not line or line.startswith("#"):
                     continue
-                entry = _real(os.path.join(d, line))
-                found.setdefault(entry, pth)
+                if line.startswith(("import ", "import\t")):
+                    # Code run at startup; a quoted directory in it is most likely put on sys.path
+                    # (`import sys; sys.path.insert(0, '/src')`), the way a path wins over site-packages.
+                    for lit in re.findall(r"['\"]([^'\"]+)['\"]", line):
+                        if os.path.isdir(lit):
+                            found.setdefault(_real(lit), pth)
+                    continue
+                found.setdefault(_real(os.path.join(d, line)), pth)
     return found
 
 

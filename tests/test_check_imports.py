@@ -69,6 +69,21 @@ def test_second_copy_through_a_pth_file_is_reported(venv_with_vllm, tmp_path):
     assert found["imports.shadowed"][0]["status"] == "pass"  # the installed copy still wins
 
 
+def test_pth_import_line_that_puts_a_tree_first_shadows(venv_with_vllm, tmp_path):
+    python, site = venv_with_vllm
+    src = tmp_path / "mnt"
+    tree = write_package(src, "vllm", "0.0.0-dev")
+    pth = site / "zz_doctor_test_dev.pth"
+    pth.write_text(f"import sys; sys.path.insert(0, {str(src)!r})\n")
+    try:
+        rc, doc, found = check_inproc(python=python, cwd=tmp_path, only="imports")
+    finally:
+        pth.unlink()
+    (f,) = found["imports.shadowed"]
+    assert f["status"] == "fail" and str(tree) in f["message"] and str(pth) in f["message"]
+    assert str(pth) in f["fix"]
+
+
 def test_directory_without_init_resolves_to_namespace_package(tmp_path):
     python, _ = make_venv(tmp_path / "env")  # vllm not installed at all
     checkout_parent = tmp_path / "work"
