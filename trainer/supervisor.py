@@ -128,12 +128,17 @@ class Engine:
     def preflight_launch(self, overrides: list[str]) -> Launch:
         return parse_launch(self.command(overrides), cwd=self.cwd, environ=self.env)
 
+    # Check categories that do not apply to this engine (doctor check models verl's config).
+    preflight_skip: frozenset[str] = frozenset()
+
 
 class ReferenceEngine(Engine):
     """`python -m trainer.main_grpo` - the reference trainer (runs on CPU, CUDA or NPU)."""
 
     name = "reference"
     module = "trainer.main_grpo"
+    # verl's config schema and memory model are not this trainer's; it validates its own keys.
+    preflight_skip = frozenset({"config", "memory"})
 
     @staticmethod
     def _keys() -> dict:
@@ -610,10 +615,12 @@ class Supervisor:
         from checks.registry import all_checks, flatten, run_checks, select
 
         launch = self.engine.preflight_launch(self.overrides)
-        ctx = CheckContext.local(cwd=self.engine.cwd, python=self.engine.python, launch=launch)
+        # Ray nodes the reference trainer starts itself all live on this machine: one host.
+        nodes = 1 if self.engine.name == "reference" and not self._external_cluster() else None
+        ctx = CheckContext.local(cwd=self.engine.cwd, python=self.engine.python, launch=launch, nodes=nodes)
         ctx.env = dict(self.engine.env)
-        findings = [f for f in flatten(run_checks(select(all_checks(), None, None), ctx))
-                    if f.status == "fail"]
+        checks = select(all_checks(), None, set(self.engine.preflight_skip) or None)
+        findings = [f for f in flatten(run_checks(checks, ctx)) if f.status == "fail"]
         self.preflight_findings = [f.to_dict() for f in findings]
         if not findings:
             return True
