@@ -62,6 +62,16 @@ def command(cwd, python, nodes, cluster, deep, device_memory, as_json, junit, fm
 
         results = run_cluster_checks(ctx, None if cluster == "auto" else cluster, only_s, skip_s)
     else:
+        import threading
+
+        def prefetch():  # an error here is met again, and reported, by the first check
+            try:
+                ctx.get_facts()
+            except Exception:
+                pass
+
+        # Start probing the node now, so the target interpreter runs while the checks import.
+        threading.Thread(target=prefetch, daemon=True).start()
         results = run_checks(select(all_checks(), only_s, skip_s), ctx)
     if junit:
         try:
