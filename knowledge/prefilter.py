@@ -113,6 +113,6 @@ def make_prefilter(patterns: list[str]):
     if os.environ.get("DOCTOR_PREFILTER") != "re2":
         try:
             return HyperscanPrefilter(patterns)
-        except ImportError:
+        except Exception:  # not installed, or a pattern it cannot take: RE2 is slower, never wrong
             pass
     return Re2Prefilter(patterns)
