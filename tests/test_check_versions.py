@@ -172,3 +172,14 @@ def test_deep_imports_the_stack_and_names_what_breaks(tmp_path):
     npu = next(f for f in found["versions.deep"] if "torch_npu" in f["title"])
     assert rc == 1 and npu["status"] == "fail" and "_C" in npu["message"]
     assert "pip install --force-reinstall --no-deps torch-npu==2.7.1" in npu["fix"]
+
+
+def test_flash_attn_on_ascend_and_a_stale_ascend_home_path(tmp_path):
+    python, site, root, env = _image(tmp_path, driver=None)
+    lay_dist(site, "flash-attn", "2.8.3", import_name="flash_attn")
+    env["ASCEND_HOME_PATH"] = str(tmp_path / "old-toolkit")  # a set_env.sh from an uninstalled CANN
+    rc, doc, found = _versions(python, env, tmp_path)
+    (fa,) = found["versions.builds"]
+    assert fa["status"] == "warn" and "flash-attn 2.8.3" in fa["title"] and "pip uninstall" in fa["fix"]
+    stale = next(f for f in found["versions.cann_env"] if "does not exist" in f["title"])
+    assert stale["status"] == "fail" and "old-toolkit" in stale["title"]
