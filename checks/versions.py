@@ -325,6 +325,50 @@ def verl(ctx):
     return out
 
 
+def _marker_env(probe: dict) -> dict:
+    py = (probe.get("python") or {})
+    ver = py.get("version") or "3"
+    return {"python_version": ".".join(ver.split(".")[:2]), "python_full_version": ver,
+            "platform_machine": py.get("machine") or "", "sys_platform": "linux",
+            "platform_system": "Linux", "os_name": "posix", "implementation_name": "cpython",
+            "platform_python_implementation": py.get("implementation") or "CPython", "extra": ""}
+
+
+@check("versions.requires", "versions", "The stack's own pins on each other hold")
+def requires(ctx):
+    """What each installed package's metadata demands of the others (vllm pins its torch, verl
+    bounds transformers): `pip check`, for the stack only, from the probe's facts."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    probe = probe_of(ctx)
+    have = installed(ctx)
+    pip = matrix()["pip_names"]
+    by_pip = {v.replace("_", "-"): k for k, v in pip.items()}
+    out = []
+    for name in STACK[1:]:
+        if name == "torch_npu":  # its torch pin is versions.torch_npu's finding
+            continue
+        dist = installed_dist(package(probe, name))
+        for text in (dist or {}).get("requires", []):
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            if req.marker is not None and not req.marker.evaluate(_marker_env(probe)):
+                continue
+            dep = by_pip.get(req.name.lower().replace("_", "-"))
+            if not dep or not have.get(dep) or not str(req.specifier):
+                continue
+            if in_spec(have[dep], str(req.specifier)) is False:
+                out.append(_finding(
+                    ctx, "versions.requires", "fail",
+                    f"{pip[name]} {have[name]} requires {req.name}{req.specifier}; {have[dep]} is installed",
+                    f"from {dist['metadata']}/METADATA (Requires-Dist: {text})",
+                    f"pip install '{req.name}{req.specifier}'  (or the {pip[name]} built for {req.name} {have[dep]})",
+                    {"requirement": text, "installed": have[dep]}))
+    return out
+
+
 @check("versions.builds", "versions", "Builds fit the accelerator")
 def builds(ctx):
     probe = probe_of(ctx)

@@ -183,3 +183,16 @@ def test_flash_attn_on_ascend_and_a_stale_ascend_home_path(tmp_path):
     assert fa["status"] == "warn" and "flash-attn 2.8.3" in fa["title"] and "pip uninstall" in fa["fix"]
     stale = next(f for f in found["versions.cann_env"] if "does not exist" in f["title"])
     assert stale["status"] == "fail" and "old-toolkit" in stale["title"]
+
+
+def test_a_package_whose_own_pin_is_not_met(tmp_path):
+    """vllm's wheel pins the torch it was built with; a different torch breaks its kernels."""
+    python, site = make_venv(tmp_path / "env")
+    lay_dist(site, "torch", "2.7.1")
+    lay_dist(site, "vllm", "0.11.0", requires=["torch==2.8.0", "transformers>=4.56.0",
+                                              "xformers==0.0.32; platform_system == 'Windows'"])
+    lay_dist(site, "transformers", "4.57.1")
+    rc, doc, found = _versions(python, clean_env(DOCTOR_ASCEND_ROOT=str(tmp_path)), tmp_path)
+    (f,) = found["versions.requires"]
+    assert rc == 1 and f["status"] == "fail" and "vllm 0.11.0 requires torch==2.8.0" in f["title"]
+    assert f["fix"].startswith("pip install 'torch==2.8.0'")
