@@ -77,7 +77,8 @@ def shadowed(ctx):
         entry = (spec.get("entry") or {})
         copy = next((c for c in pkg.get("copies") or [] if c["path"] == win),
                     {"path": win, "why": entry.get("why", "")})
-        where = f"sys.path[{entry.get('index', '?')}] = {entry.get('path', '?')} ({entry.get('why', 'unknown')})"
+        where = (f"sys.path[{entry['index']}] = {entry['path']} ({entry['why']})" if entry else
+                 "an import hook (an editable install's finder, or code in sitecustomize / a .pth)")
         evidence = {"resolves_to": win, "sys_path_entry": entry, "copies": pkg.get("copies"),
                     "installed": pkg.get("dists")}
         if dists:
