@@ -115,7 +115,10 @@ def nodes_answer(view: ClusterView) -> list[Finding]:
                             "check that node: `ray status` lists it, its raylet log under the Ray temp dir "
                             "(session_latest/logs/raylet.out), and that the interpreter exists there",
                             {"ip": n.get("ip"), "node_id": n.get("id")}, n["label"]))
+    alive_ips = {n.get("ip") for n in view.report.get("nodes") or []}
     for d in view.report.get("dead") or []:
+        if d.get("ip") in alive_ips:
+            continue  # an earlier life of a node that has been restarted
         out.append(_finding("cluster.nodes", "warn", f"dead node {d.get('ip')} still listed",
                             f"Ray lists node {d.get('ip')} ({d.get('id', '')[:12]}) as dead",
                             "restart `ray start --address=...` on that machine if it should take part",

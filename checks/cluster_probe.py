@@ -330,7 +330,7 @@ elif backend == "hccl":
     device = "npu:0"
 t0 = time.perf_counter()
 dist.init_process_group(backend, init_method=f"tcp://{master}:{port}", rank=rank, world_size=world,
-                        timeout=timedelta(seconds=30))
+                        timeout=timedelta(seconds=float(sys.argv[7])))
 init_s = time.perf_counter() - t0
 x = torch.full((4,), float(rank + 1), device=device)
 dist.all_reduce(x)
@@ -357,19 +357,28 @@ print("DOCTOR_RESULT " + json.dumps({"ok": ok, "value": x.tolist()[0], "expected
 """
 
 
+IMPORT_ALLOWANCE_S = 60.0  # starting python and importing torch (slow on a busy node)
+
+
+def collective_bound(timeout: float) -> float:
+    """How long one rank may take in all: torch's import, then the collective's own timeout."""
+    return float(timeout) + IMPORT_ALLOWANCE_S
+
+
 def collective(req: dict, rank: int, world: int, master: str, port: int, backend: str) -> dict:
     """Round 3 on one node: one rank of an all-reduce, in the target interpreter, bounded."""
     env = node_environment()
     argv = [req["python"], "-c", COLLECTIVE_SCRIPT, str(rank), str(world), master, str(port), backend,
-            str(req.get("collective_bytes", 8 << 20))]
+            str(req.get("collective_bytes", 8 << 20)), str(req["timeout"])]
+    bound = collective_bound(req["timeout"])
     t0 = time.perf_counter()
     try:
         r = subprocess.run(argv, cwd=req["cwd"] if os.path.isdir(req["cwd"]) else None, env=env,
-                           capture_output=True, text=True, timeout=req["timeout"])
+                           capture_output=True, text=True, timeout=bound)
     except subprocess.TimeoutExpired as exc:
         tail = (exc.stderr or b"")
         tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
-        return {"ok": False, "rank": rank, "error": f"no result within {req['timeout']:g} s (hung)",
+        return {"ok": False, "rank": rank, "error": f"no result within {bound:g} s (hung; killed)",
                 "stderr": _error_lines(tail)}
     except OSError as exc:
         return {"ok": False, "rank": rank, "error": f"cannot run {req['python']}: {exc.strerror or exc}"}
@@ -523,7 +532,8 @@ def _collective_round(req: dict, nodes: dict, ok_nodes: list[str], timeout: floa
         port = random.randint(48001, 54000)
         refs = {nid: _pinned(task, nid).remote(req, i, len(ordered), master, port, backend)
                 for i, nid in enumerate(ordered)}
-        out[backend] = _gather(refs, timeout + 15)
+        out[backend] = _gather(refs, collective_bound(timeout) + 15)
+    out["bound_s"] = collective_bound(timeout)
     return out
 
 

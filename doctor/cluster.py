@@ -84,7 +84,9 @@ def expected_shape(ctx) -> tuple[int | None, int | None]:
 
 def probe_cluster(ctx, address: str | None, paths: list[str]) -> dict:
     """Run the fan-out in the target interpreter; its report, or DoctorError in one line."""
-    budget = CONNECT_S + 3 * ctx.timeout + 30 + (2 * (ctx.timeout + 15) if ctx.deep else 0)
+    from checks.cluster_probe import collective_bound
+
+    budget = CONNECT_S + 3 * ctx.timeout + 30 + (2 * (collective_bound(ctx.timeout) + 15) if ctx.deep else 0)
     with tempfile.TemporaryDirectory(prefix="doctor-cluster-") as tmp:
         out = os.path.join(tmp, "report.json")
         req = {"address": address, "cwd": str(ctx.cwd), "python": ctx.python, "timeout": ctx.timeout,

@@ -97,7 +97,9 @@ def _plant(cluster: NetnsCluster, name: str) -> None:
 def _doctor(cluster: NetnsCluster, *extra: str) -> tuple[dict, float]:
     lay = cluster.layout
     argv = [cluster.python, "-m", "doctor", "check", "--cluster", cluster.address, "--json",
-            "--python", cluster.python, "--cwd", str(lay["launch"]), *extra, "--",
+            "--python", cluster.python, "--cwd", str(lay["launch"]),
+            "--skip", "config,data,memory",  # they read the launch only, once; other tests cover them
+            *extra, "--",
             "python3", "-m", "verl.trainer.main_ppo",
             f"actor_rollout_ref.model.path={lay['model']}", f"data.train_files={lay['data'] / 'train.parquet'}",
             "trainer.nnodes=2", "trainer.n_gpus_per_node=1"]
