@@ -5,7 +5,7 @@
 A fixture `tests/fixtures/explain/<rule-id>[--N].log` is labelled with its rule (and that rule's
 category). Prints top-1 rule accuracy, top-1 category accuracy, the share with the right rule
 anywhere in the ranking, and the false-finding rate on clean logs (runs that did not fail:
-../shared/research/clean-logs by default). Misses are listed so they can be fixed.
+../shared/research/clean-logs by default, plus tests/fixtures/explain/clean). Misses are listed so they can be fixed.
 """
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ def main() -> int:
                      "got": got.rule if got else None, "got_category": got.category if got else None,
                      "anywhere": any(f.rule == expected for f in found)})
     clean = sorted(args.clean.glob("*.log")) if args.clean.is_dir() else []
+    clean += sorted((FIXTURES / "clean").glob("*.log"))  # runs captured here that succeeded
     false_findings = []
     for path in clean:
         found = explain_paths([str(path)])

@@ -28,7 +28,9 @@ from knowledge.explain import explain_paths
 from .conftest import SHARED
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "explain"
-CLEAN_LOGS = sorted((SHARED / "research" / "clean-logs").glob("*.log"))
+# runs that did not fail: the shared research corpus, and runs captured here
+CLEAN_LOGS = sorted((SHARED / "research" / "clean-logs").glob("*.log")) + sorted(
+    (FIXTURES / "clean").glob("*.log"))
 RULES = load_rules()
 
 
