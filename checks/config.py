@@ -394,14 +394,16 @@ def late_problems(cfg: dict, devices_per_node: int | None = None, cpus: int | No
                            "warn", ["trainer.save_freq"]))
     if cpus is not None and get(cfg, "trainer.use_v1", True):
         units = get(cfg, "transfer_queue.backend.SimpleStorage.num_data_storage_units", 0) or 0
-        need = units + 2  # storage units + the TaskRunner + the TransferQueue controller
+        # research/verl.md 6, a3/a4: with 2 Ray CPUs the TaskRunner and ONE storage unit start and
+        # tq.init waits forever; with 16 all start. So each unit takes a CPU beside the TaskRunner's.
+        need = units + 1
         have = get(cfg, "ray_kwargs.ray_init.num_cpus") or cpus
         if units and have < need:
             out.append(Problem("config.ray_cpus",
-                               f"Ray has {have} CPUs but TransferQueue starts {units} storage actors (1 CPU each) plus "
-                               f"the TaskRunner and controller: tq.init waits for them forever, with no error",
+                               f"Ray has {have} CPUs but TransferQueue starts {units} storage actors (1 CPU each) "
+                               f"beside the TaskRunner: tq.init waits for them forever, with no error",
                                f"ray_kwargs.ray_init.num_cpus={need} (or "
-                               f"transfer_queue.backend.SimpleStorage.num_data_storage_units={max(have - 2, 1)})",
+                               f"transfer_queue.backend.SimpleStorage.num_data_storage_units={max(have - 1, 1)})",
                                keys=["ray_kwargs.ray_init.num_cpus"]))
     attn = (get(cfg, "actor_rollout_ref.model.override_config") or {}).get("attn_implementation")
     if flash_attn is False and not npu and attn in (None, "flash_attention_2"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+import time
 
 A = "actor_rollout_ref.actor."
 R = "actor_rollout_ref.rollout."
@@ -62,7 +63,7 @@ def _value(text: str):
     return yaml.safe_load(text)  # what Hydra's grammar yields for these simple values
 
 
-def run_verl(n: int, seed: int) -> None:
+def run_verl(n: int, seed: int, timed: bool = False) -> None:
     """Runs where verl is importable: print one JSON line per case."""
     import copy
     import io
@@ -89,10 +90,15 @@ def run_verl(n: int, seed: int) -> None:
                 node = node[p]
             node[leaf] = _value(raw)
         cfg = OmegaConf.create(tree)
+        t0 = time.perf_counter()
         with redirect_stdout(io.StringIO()):
             verdict = run_validate(cfg, validate_config, need_reference_policy, need_critic)
+        seconds = time.perf_counter() - t0
         view = {k: OmegaConf.select(cfg, k, default=None) for k in STARTUP_KEYS}
-        print(json.dumps({"overrides": overrides, "verl": verdict, "view": view}), flush=True)
+        row = {"overrides": overrides, "verl": verdict, "view": view}
+        if timed:
+            row["seconds"] = seconds
+        print(json.dumps(row), flush=True)
 
 
 def _reads_of_validate(tree: dict) -> dict:
@@ -127,4 +133,4 @@ def nested(view: dict) -> dict:
 
 
 if __name__ == "__main__":
-    run_verl(int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 0)
+    run_verl(int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 0, timed="--timed" in sys.argv)

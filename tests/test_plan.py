@@ -7,9 +7,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from checks.launch import parse_launch
 from checks.plan import batch_plan
 from checks.verl_config import effective_config
-from checks.launch import parse_launch
+from tests.conftest import ROOT
 
 SEED_EXAMPLE = [  # seed article 4.2.3 / 5.1: B=256, n=16, M=32, m=1, W=16, 10 epochs
     "data.train_batch_size=256", "actor_rollout_ref.rollout.n=16",
@@ -77,3 +78,21 @@ def test_broken_parquet_is_a_note_not_a_crash(doctor, tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["batch"]["N"] is None and "not readable as parquet" in doc["batch"]["rows_from"]
+
+
+def test_plan_memory_table_and_schema(doctor, tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    from tests.test_memory import QWEN2_05B
+
+    (tmp_path / "config.json").write_text(json.dumps(QWEN2_05B))
+    r = doctor("plan", "--json", "--rows", "3000", "--device-memory", "910B3", "--model-config",
+               str(tmp_path), *SEED_EXAMPLE)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    schema = json.loads((ROOT / "knowledge" / "schemas" / "doctor.plan.schema.json").read_text())
+    jsonschema.validate(doc, schema)
+    assert doc["memory"]["params"] == 494_032_768 and doc["memory"]["capacity"] == 64 * 2**30
+    assert "910B3" in doc["memory_note"]
+    human = doctor("plan", "--rows", "3000", "--device-memory", "910B3", "--model-config", str(tmp_path),
+                   *SEED_EXAMPLE)
+    assert "peak" in human.stdout and "iterations per epoch = ceil(N/B)" in human.stdout
