@@ -72,16 +72,24 @@ def build_document(req: ReportRequest) -> tuple[dict, dict]:
             doc["notes"].append(f"{name}: not available ({type(exc).__name__}: {str(exc)[:200]})")
             return None
 
-    defaults = _defaults_in_background() if req.launch else None  # overlaps with the checks
-    results = section("checks", lambda: _run_checks(ctx, req.cluster)) or []
-    doc["checks"] = _checks_section(results)
+    # The checks mostly wait on their probe subprocesses: read the logs and compose verl's
+    # defaults meanwhile (Hydra is locked inside verl_config).
+    from concurrent.futures import ThreadPoolExecutor
+
+    from checks import verl_config
+
     cuts: dict[str, LogCut] = {}
-    doc["logs"] = [section(f"log {p}", lambda p=p: _log_section(p, cuts, req.bundle))
-                   or {"name": p, "error": "unreadable"} for p in req.logs]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        defaults = pool.submit(verl_config.compose_snapshot, []) if req.launch else None
+        logs = pool.submit(lambda: [section(f"log {p}", lambda p=p: _log_section(p, cuts, req.bundle))
+                                    or {"name": p, "error": "unreadable"} for p in req.logs])
+        results = section("checks", lambda: _run_checks(ctx, req.cluster)) or []
+        doc["checks"] = _checks_section(results)
+        doc["logs"] = logs.result()
+        doc["config"] = section("config", lambda: _config_section(ctx, defaults)) if req.launch else None
     doc["nodes"] = section("versions", lambda: _nodes_section(ctx)) or {}
     doc["version_differences"] = _differences(doc["nodes"])
     doc["launch"] = section("launch", lambda: _launch_section(req.launch))
-    doc["config"] = section("config", lambda: _config_section(ctx, defaults)) if req.launch else None
     doc["plan"], doc["memory"] = (section("plan", lambda: _plan_section(ctx, doc["config"], req.device_memory))
                                   or (None, None)) if req.launch else (None, None)
     doc["verdict"] = _verdict(doc)
@@ -130,9 +138,11 @@ def _log_section(path: str, cuts: dict[str, LogCut], wide: bool) -> dict:
     stream, name = open_log(path)
     with stream:
         if wide:
-            cut = cut_log(stream, name, evidence, BUNDLE_CONTEXT, BUNDLE_TAIL, BUNDLE_MAX_CHARS)
+            cut = cut_log(stream, name, evidence, BUNDLE_CONTEXT, BUNDLE_TAIL, BUNDLE_MAX_CHARS,
+                          total_lines=report.lines_read)
         else:
-            cut = cut_log(stream, name, evidence, EVIDENCE_CONTEXT, TAIL_LINES, MAX_LINE_CHARS)
+            cut = cut_log(stream, name, evidence, EVIDENCE_CONTEXT, TAIL_LINES, MAX_LINE_CHARS,
+                          total_lines=report.lines_read)
     cuts[path] = cut
     out = {"name": name, "bytes": cut.bytes, "lines": cut.lines,
            "root_cause": report.findings[0].to_dict() if report.findings else None,
@@ -214,18 +224,6 @@ def _launch_section(launch) -> dict | None:
             "cwd": str(launch.cwd) if launch.cwd else None, "python": launch.python,
             "module": launch.module or launch.entry, "exports": dict(launch.env),
             "overrides": list(launch.raw_overrides)}
-
-
-def _defaults_in_background():
-    """verl's default config, composed in a thread while the checks run (Hydra is locked inside)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from checks import verl_config
-
-    pool = ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(verl_config.compose_snapshot, [])
-    pool.shutdown(wait=False)
-    return future
 
 
 def _config_section(ctx, defaults_future) -> dict:

@@ -27,22 +27,24 @@ def test_cut_matches_the_whole_log(lines, block, context, tail, trailing_newline
     if not trailing_newline and lines[-1] == b"":
         lines = lines[:-1]  # "a\n" joined from ["a", ""] is one line
     evidence = set(data.draw(st.lists(st.integers(1, max(1, len(lines))), max_size=4))) if lines else set()
-    cut = cut_log(io.BytesIO(raw), "x.log", evidence, context, tail, block_bytes=block)
-    assert cut.lines == len(lines)
-    assert cut.bytes == len(raw)
-    assert [n for n, _ in cut.excerpt] == expected(lines, evidence, context, tail)
-    for n, text in cut.excerpt:
-        assert text == report_logs.display(lines[n - 1], 400)
+    for total in (None, len(lines)):  # reading to the end, or stopping early and seeking the tail
+        cut = cut_log(io.BytesIO(raw), "x.log", evidence, context, tail, block_bytes=block, total_lines=total)
+        assert cut.lines == len(lines)
+        assert cut.bytes == len(raw)
+        assert [n for n, _ in cut.excerpt] == expected(lines, evidence, context, tail)
+        for n, text in cut.excerpt:
+            assert text == report_logs.display(lines[n - 1], 400)
 
 
 @pytest.mark.parametrize("block", [7, 64, 1 << 20])
-def test_tail_survives_a_buffer_trim(monkeypatch, block):
-    """With a tiny tail buffer the last lines are still the last lines, numbered right."""
-    monkeypatch.setattr(report_logs, "TAIL_KEEP_BYTES", 16)
+def test_tail_across_blocks(block):
+    """Whatever the block size, the last lines are the last lines, numbered right."""
     lines = [f"line {i}".encode() for i in range(1, 301)]
-    cut = cut_log(io.BytesIO(b"\n".join(lines) + b"\n"), "x", {150}, context=1, tail=3, block_bytes=block)
-    assert cut.excerpt == [(149, "line 149"), (150, "line 150"), (151, "line 151"),
-                           (298, "line 298"), (299, "line 299"), (300, "line 300")]
+    for total in (None, 300):
+        cut = cut_log(io.BytesIO(b"\n".join(lines) + b"\n"), "x", {150}, context=1, tail=3, block_bytes=block,
+                      total_lines=total)
+        assert cut.excerpt == [(149, "line 149"), (150, "line 150"), (151, "line 151"),
+                               (298, "line 298"), (299, "line 299"), (300, "line 300")]
 
 
 def test_display_cleans_and_caps():
@@ -55,3 +57,24 @@ def test_display_cleans_and_caps():
 @pytest.mark.parametrize("raw, n", [(b"", 0), (b"a", 1), (b"a\n", 1), (b"a\nb", 2), (b"\n\n", 2)])
 def test_line_count(raw, n):
     assert cut_log(io.BytesIO(raw), "x", set()).lines == n
+
+
+def test_endless_lines_stay_bounded(monkeypatch):
+    """Lines far longer than a block: memory stays bounded, each shown line is capped."""
+    monkeypatch.setattr(report_logs, "TAIL_KEEP_BYTES", 3 << 20)
+    raw = (b"y" * (2 << 20) + b"\n") * 6 + b"z" * (1 << 20)  # no newline at the end
+    cut = cut_log(io.BytesIO(raw), "x", {2}, context=0, tail=2, block_bytes=1 << 20)
+    assert cut.lines == 7
+    assert [n for n, _ in cut.excerpt][0] == 2 and cut.excerpt[-1][0] == 7
+    assert all(len(t) < 500 for _, t in cut.excerpt)
+
+
+@pytest.mark.parametrize("raw", [b"", b"a", b"a\n", b"a\r\nb\r\n", b"\n\n\nx", b"\x00\xff\n\x1b[31mE\x1b[0m\n",
+                                 b"Traceback (most recent call last):\nRuntimeError: x\n"])
+def test_line_count_agrees_with_the_explain_engine(tmp_path, raw):
+    """The report numbers the tail from the explain pass's line count: both must count alike."""
+    from knowledge.explain import explain_report
+
+    log = tmp_path / "x.log"
+    log.write_bytes(raw)
+    assert explain_report([str(log)]).lines_read == cut_log(io.BytesIO(raw), "x", set()).lines
