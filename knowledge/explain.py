@@ -169,6 +169,7 @@ class Matcher:
         self.line_set.Compile()
         self.prefilter = make_prefilter([_block_form(p) for p in self.patterns])
 
+
 _MATCHER: Matcher | None = None
 
 
@@ -547,15 +548,13 @@ def explain_paths(paths: list[str], all: bool = False) -> list[Explanation]:
     return explain_report(paths, all=all).findings
 
 
-def explain_text(text: str | bytes, all: bool = False, matcher: Matcher | None = None) -> list[Explanation]:
+def explain_text_report(text: str | bytes, all: bool = False, matcher: Matcher | None = None) -> Report:
+    """The report for a log held in memory (tests, the supervisor's captured output)."""
     data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
     scan = Scan(matcher or default_matcher())
-    scan.feed_stream(io.BytesIO(data))
-    return scan.report(["<text>"], all=all).findings
-
-
-def explain_text_report(text: str | bytes, all: bool = False) -> Report:
-    data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
-    scan = Scan(default_matcher())
-    scan.feed_stream(io.BytesIO(data))
+    scan.feed_stream(io.BytesIO(data), display="<text>")
     return scan.report(["<text>"], all=all)
+
+
+def explain_text(text: str | bytes, all: bool = False, matcher: Matcher | None = None) -> list[Explanation]:
+    return explain_text_report(text, all=all, matcher=matcher).findings
