@@ -75,6 +75,13 @@ class Line:
             out["file"] = self.file
         return out
 
+    # The explain API promises lines as {"n", "text", "node"} mappings: dict(line) works too.
+    def keys(self):
+        return self.to_dict().keys()
+
+    def __getitem__(self, key: str):
+        return self.to_dict()[key]
+
 
 @dataclass
 class Explanation:

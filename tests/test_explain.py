@@ -292,3 +292,10 @@ def test_fuzz_random_bytes_truncations_huge_lines_and_hostile_strings(tmp_path):
                 explain_text(text)
                 assert time.monotonic() - t0 < 5, (rule.id, pattern)
     assert time.monotonic() - started < 120
+
+
+def test_api_lines_are_mappings_as_the_contract_says():
+    top = explain_paths([str(FIX / "ray-oom-killer.log")])[0]
+    line = dict(top.lines[0])
+    assert set(line) >= {"n", "text", "node"} and line["n"] == top.lines[0].n
+    assert top.to_dict()["lines"][0] == line
