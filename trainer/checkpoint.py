@@ -19,8 +19,9 @@ import torch
 
 MARKER = "latest_checkpointed_iteration.txt"
 TMP_PREFIX = ".tmp-global_step_"
-# Test hook: seconds to hold a finished temp folder before the rename (to kill a run mid-write).
-HOLD_ENV = "TRAINER_CHECKPOINT_HOLD_S"
+# Test hook, "STEP:SECONDS": hold that step's finished temp folder before the rename, so a test
+# can kill the run in the middle of a checkpoint write.
+HOLD_ENV = "TRAINER_CHECKPOINT_HOLD"
 
 
 def _fsync_dir(path: Path) -> None:
@@ -62,9 +63,9 @@ def save(root: Path, step: int, model: dict, optimizer: dict, rngs: list[dict], 
     _save(data_state, tmp / "data.pt")
     _fsync_dir(tmp / "actor")
     _fsync_dir(tmp)
-    hold = float(os.environ.get(HOLD_ENV) or 0)
-    if hold:
-        time.sleep(hold)
+    hold_step, _, hold_s = os.environ.get(HOLD_ENV, "").partition(":")
+    if hold_step == str(step):
+        time.sleep(float(hold_s or 0))
     if final.exists():  # left by a run that died after the rename but before its marker
         shutil.rmtree(final)
     os.rename(tmp, final)

@@ -178,6 +178,21 @@ class Trainer:
         addr, port = ray.get(self.workers[0].address.remote()) if world > 1 else (None, None)
         self.worker_info = ray.get([w.setup.remote(addr, port) for w in self.workers])
         self.worker_nodes = ray.get([w.node_id.remote() for w in self.workers])
+        self._write_placement()
+
+    def _write_placement(self) -> None:
+        """Where Ray put each worker (node ids from the workers' own runtime context)."""
+        import json
+
+        import ray
+
+        from trainer.checkpoint import write_text_atomic
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        alive = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+        workers = [{**info, "node_id": node, "node_ip": place.node_ip}
+                   for info, node, place in zip(self.worker_info, self.worker_nodes, self.placements)]
+        write_text_atomic(self.root / "placement.json", json.dumps({"alive_nodes": alive, "workers": workers}, indent=1))
 
     def shard(self, items: list) -> list[list]:
         world = len(self.workers)

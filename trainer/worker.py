@@ -30,10 +30,14 @@ BACKENDS = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
 class PhaseError(RuntimeError):
     """A failure inside one phase of a step; str() is the marker line."""
 
-    def __init__(self, phase: str, error: BaseException):
+    def __init__(self, phase: str, error: BaseException | str):
         self.phase = phase
-        self.error_type = type(error).__name__
-        super().__init__(f"[trainer] phase={phase} failed: {self.error_type}: {error}")
+        text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        self.error = text
+        super().__init__(f"[trainer] phase={phase} failed: {text}")
+
+    def __reduce__(self):  # crosses Ray's process boundary as plain strings
+        return PhaseError, (self.phase, self.error)
 
 
 @contextlib.contextmanager
@@ -76,6 +80,17 @@ def limit_memory(limit_bytes: int | None) -> None:
         resource.setrlimit(resource.RLIMIT_DATA, (limit_bytes, limit_bytes))
 
 
+def data_memory() -> int | None:
+    """This process's data memory (what RLIMIT_DATA limits), from /proc on Linux."""
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 @dataclass
 class Item:
     """One prompt of a step, as the driver sends it."""
@@ -97,7 +112,7 @@ class Worker:
         self.generator = torch.Generator(device="cpu")
         self.seed = int(cfg["data.seed"] if cfg["data.seed"] is not None else 1)
         self.generator.manual_seed(self.seed * 1_000_003 + rank)
-        self.last_grad_fingerprint: dict | None = None
+        self.fingerprints: dict | None = None  # filled per update once track_gradients() is called
 
     # -- set-up ----------------------------------------------------------------------------------
     def address(self) -> tuple[str, int]:
@@ -129,7 +144,7 @@ class Worker:
             self._load_models()
             self.reward = reward_from_config(self.cfg)
         return {"rank": self.rank, "device": str(self.device), "threads": torch.get_num_threads(),
-                "pid": os.getpid()}
+                "pid": os.getpid(), "data_memory_bytes": data_memory()}
 
     def _load_models(self) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -335,6 +350,8 @@ class Worker:
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+        if self.fingerprints is not None:
+            self.fingerprints["local_grad"] = _fingerprint(p.grad for p in params)
         if self.world > 1:
             flat = torch.cat([p.grad.reshape(-1) for p in params])
             self._all_reduce(flat)
@@ -344,8 +361,9 @@ class Worker:
                 n = p.numel()
                 p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
                 offset += n
+        if self.fingerprints is not None:
+            self.fingerprints["reduced_grad"] = _fingerprint(p.grad for p in params)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg[A + "grad_clip"]))
-        self.last_grad_fingerprint = _fingerprint(p.grad for p in params)
         if math.isfinite(grad_norm):
             self.optimizer.step()
         return grad_norm
@@ -372,10 +390,13 @@ class Worker:
         self.generator.set_state(rng["rng"])
         torch.set_rng_state(rng["torch_rng"])
 
+    def track_gradients(self) -> None:
+        """From now on keep digests of each update's gradients, before and after the all-reduce."""
+        self.fingerprints = {}
+
     def fingerprint(self) -> dict:
-        """Digests of the last all-reduced gradients and of the parameters (for agreement checks)."""
-        return {"grad": self.last_grad_fingerprint,
-                "params": _fingerprint(p.detach() for p in self.model.parameters())}
+        """Digests of the last update's gradients and of the parameters (for agreement checks)."""
+        return {**(self.fingerprints or {}), "params": _fingerprint(p.detach() for p in self.model.parameters())}
 
     def shutdown(self) -> None:
         if self.world > 1:
