@@ -472,9 +472,13 @@ class Supervisor:
         self.save()
         self._report(attempt, diagnosis)
         if self.status == "running" and not self._cluster_ready():
-            attempt.decision = "stop"
-            attempt.reason += "; the Ray cluster did not get its nodes back in time"
-            self.status = "failed"
+            if self._interrupts:
+                attempt.decision, attempt.reason = "interrupted", "stopped by Ctrl-C while waiting for nodes"
+                self.status = "interrupted"
+            else:
+                attempt.decision = "stop"
+                attempt.reason += "; the Ray cluster did not get its nodes back in time"
+                self.status = "failed"
             self.save()
 
     def _decide(self, attempt: Attempt, diagnosis: Diagnosis) -> None:
