@@ -446,12 +446,12 @@ def _reachable_gcs(address: str | None, timeout: float) -> str:
     from ray._private.services import canonicalize_bootstrap_address
 
     try:
-        addr = canonicalize_bootstrap_address(address or "auto")
+        addr = address if address and address != "auto" else canonicalize_bootstrap_address("auto")
     except Exception as exc:
         raise NoCluster(f"{exc}") from None
     if not addr:
         raise NoCluster("no running cluster found (give its address: --cluster HEAD_IP:6379, or set RAY_ADDRESS)")
-    host, _, port = addr.rpartition(":")
+    host, _, port = addr.removeprefix("ray://").rpartition(":")
     try:
         socket.create_connection((host, int(port)), timeout=min(timeout, 10.0)).close()
     except (OSError, ValueError) as exc:
@@ -470,7 +470,11 @@ def run(req: dict) -> dict:
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     t0 = time.perf_counter()
     address = _reachable_gcs(req.get("address"), float(req["timeout"]))
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False, namespace="doctor-cluster")
+    host = address.removeprefix("ray://").rpartition(":")[0]
+    # A cluster on loopback (Ray's local simulation): the driver's node is there too, not on the
+    # address Ray would guess from the hostname.
+    local = {"_node_ip_address": host} if host.startswith("127.") or host == "localhost" else {}
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False, namespace="doctor-cluster", **local)
     connect_s = time.perf_counter() - t0
     all_nodes = ray.nodes()
     alive = [n for n in all_nodes if n.get("Alive")]
