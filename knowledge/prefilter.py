@@ -46,11 +46,18 @@ def cache_dir() -> Path:
     return Path(base) / "verl-doctor"
 
 
+# Hits one block may report before we stop Hyperscan and walk that block line by line with RE2
+# instead: hostile input ("ERROR ERROR ..." for megabytes) must not grow memory with the block.
+MAX_HITS_PER_BLOCK = 100_000
+
+
 class HyperscanPrefilter:
     def __init__(self, patterns: list[str]):
         import hyperscan
 
         self._hs = hyperscan
+        self._patterns = patterns
+        self._re2: Re2Prefilter | None = None
         exprs = [_prefilter_form(p).encode() for p in patterns]
         key = hashlib.sha256(b"\0".join(exprs) + hyperscan.__version__.encode()).hexdigest()[:24]
         self.db = self._load(key) or self._compile(exprs, key)
@@ -83,9 +90,17 @@ class HyperscanPrefilter:
     def candidates(self, view: memoryview) -> list[tuple[int, int]]:
         hits: list[tuple[int, int]] = []
         append = hits.append
-        # an end offset points just past the match: step back inside the line it ends
-        self.db.scan(view, match_event_handler=lambda i, _f, to, _fl, _c: append((to - 1, i)),
-                     scratch=self._scratch)
+
+        def on_match(i, _from, to, _flags, _ctx):
+            append((to - 1, i))  # an end offset points just past the match: step back into its line
+            return len(hits) >= MAX_HITS_PER_BLOCK  # true stops the scan
+
+        try:
+            self.db.scan(view, match_event_handler=on_match, scratch=self._scratch)
+        except self._hs.ScanTerminated:
+            if self._re2 is None:
+                self._re2 = Re2Prefilter(self._patterns)
+            return self._re2.candidates(view)  # at most one candidate per line
         hits.sort()
         return hits
 

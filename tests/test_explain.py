@@ -284,6 +284,10 @@ def test_fuzz_random_bytes_truncations_huge_lines_and_hostile_strings(tmp_path):
     found = explain_paths([str(huge)])
     assert time.monotonic() - t0 < 20
     assert found and found[0].rule == "python-module-not-found" and found[0].lines[0].n == 1
+    # a block flooded with matches (the prefilter switches to one candidate per line)
+    t0 = time.monotonic()
+    found = explain_text(b"ERROR " * (2 << 20) + b"\nModuleNotFoundError: No module named 'vllm'\n")
+    assert found[0].rule == "python-module-not-found" and time.monotonic() - t0 < 30
     # hostile strings against every pattern of the catalog, each bounded in time
     for rule in catalog():
         for pattern in rule.patterns:
