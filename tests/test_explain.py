@@ -303,3 +303,19 @@ def test_api_lines_are_mappings_as_the_contract_says():
     line = dict(top.lines[0])
     assert set(line) >= {"n", "text", "node"} and line["n"] == top.lines[0].n
     assert top.to_dict()["lines"][0] == line
+
+
+def test_requires_and_near_conditions_of_a_rule(tmp_path):
+    (tmp_path / "r.toml").write_text(
+        '[[rule]]\nid = "needs-both"\ncategory = "network"\ntitle = "t"\nplatforms = ["any"]\n'
+        'patterns = ["connectFullMesh failed"]\nrequires = "^Running on \\\\d+ nodes"\n'
+        'near = { pattern = "falling back to loopback", within = 3 }\nspecificity = 3\n'
+        'cause = "c"\nfix = "f"\nreferences = ["https://x"]\n')
+    m = Matcher(load_rules(tmp_path))
+    fatal = "RuntimeError: [enforce fail] connectFullMesh failed\n"
+    warn = "W Gloo: hostname resolves to 127.0.1.1, falling back to loopback\n"
+    assert [f.rule for f in explain_text("Running on 2 nodes\n" + warn + fatal, matcher=m)] == ["needs-both"]
+    assert explain_text(warn + fatal, matcher=m) == []                                  # requires unmet
+    assert explain_text("Running on 2 nodes\n" + warn + "x\n" * 5 + fatal, matcher=m) == []  # too far
+    top = explain_text("Running on 2 nodes\n" + fatal + warn, matcher=m)[0]              # either side
+    assert [ln.n for ln in top.lines] == [2, 3]  # the fatal line joined by the warning that explains it
