@@ -68,6 +68,24 @@ def env() -> dict:
     return {"WANDB_API_KEY": WANDB, "MY_SERVICE_PASSWORD": ENV_SECRET}
 
 
+STACK = ("torch", "torch_npu", "vllm", "verl", "ray")
+
+
+def report_watching_imports(*args: str, cwd: Path, env: dict) -> tuple[int, str, str, list[str]]:
+    """Run the real CLI (`doctor report ARGS`) in a fresh interpreter and also say which of the
+    training stack's packages that process imported: like `doctor check`, the report must probe
+    the target interpreter in subprocesses, never import the stack itself."""
+    code = ("import json, sys\nfrom doctor.cli import main\n"
+            f"sys.argv = ['doctor', 'report', *{list(args)!r}]\n"
+            "try:\n    main()\n    rc = 0\nexcept SystemExit as exc:\n    rc = exc.code\n"
+            f"print(json.dumps([rc, sorted(m for m in {STACK!r} if m in sys.modules)]), file=sys.stderr)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=cwd, env={**__import__("os").environ, **env},
+                       capture_output=True, text=True, timeout=300)
+    *stderr, last = r.stderr.rstrip("\n").split("\n")
+    rc, modules = json.loads(last)
+    return rc, r.stdout, "\n".join(stderr), modules
+
+
 def assert_no_secret(text: str, where: str) -> None:
     for s in SECRETS:
         assert s not in text, f"{where}: planted secret {s[:6]}... leaked"
@@ -97,13 +115,15 @@ def assert_well_formed(md: str) -> None:
 def test_report_redacts_everything_and_leads_with_the_root_cause(tmp_path):
     script, log = planted(tmp_path)
     md_path, json_path, bundle = tmp_path / "report.md", tmp_path / "report.json", tmp_path / "b.tar.gz"
-    r = run_doctor("report", "--log", str(log), "-o", str(md_path), "--bundle", str(bundle),
-                   "--device-memory", "64GiB", "--", "bash", str(script), cwd=tmp_path, env=env())
-    assert r.returncode == 1, r.stderr  # problems found
-    assert "Traceback" not in r.stderr
+    rc, out, err, imported = report_watching_imports(
+        "--log", str(log), "-o", str(md_path), "--bundle", str(bundle), "--device-memory", "64GiB",
+        "--", "bash", str(script), cwd=tmp_path, env=env())
+    assert rc == 1, err  # problems found
+    assert "Traceback" not in err
+    assert imported == []
     md = md_path.read_text()
     assert_no_secret(md, "markdown")
-    assert_no_secret(r.stdout + r.stderr, "console")
+    assert_no_secret(out + err, "console")
 
     # the root cause of the log, as the explain engine ranks it, in the first lines
     top = explain_paths([str(log)])[0]
@@ -275,3 +295,4 @@ def test_one_gigabyte_log_gives_a_bounded_report_and_bundle(tmp_path):
     assert cut_log.startswith("# doctor: huge.log cut from")
     assert_no_secret(cut_log, "bundled log")
     assert len(cut_log.splitlines()) < BUNDLE_TAIL + 200
+
