@@ -5,6 +5,7 @@ import json
 import sys
 import xml.etree.ElementTree as ET
 from collections import OrderedDict
+from dataclasses import replace
 
 from checks.model import CATEGORIES, Finding, overall_status
 from checks.registry import CheckResult, flatten
@@ -25,7 +26,7 @@ def redacted(results: list[CheckResult]) -> list[CheckResult]:
     def clean(f: Finding) -> Finding:
         safe = redactor.mapping({"title": f.title, "message": f.message, "fix": f.fix,
                                  "evidence": f.evidence, "node": f.node})
-        return Finding(f.id, f.category, f.status, **safe)
+        return replace(f, **safe)
 
     return [CheckResult(r.check, [clean(f) for f in r.findings], r.seconds) for r in results]
 
