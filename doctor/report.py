@@ -374,11 +374,22 @@ def public(doc: dict) -> dict:
     return {k: v for k, v in doc.items() if not k.startswith("_")}
 
 
-def final_pass(doc: dict, text: str) -> str:
-    """Redact (and anonymize) rendered text once more: rendering joins keys and values."""
+def protect_text(doc: dict, text: str) -> str:
+    """Raw text (a log for the bundle) with the document's redaction and anonymization."""
     redactor, anon = doc.get("_protect") or (None, None)
     if redactor is not None:
         text = redactor.text(text)
+    if anon is not None:
+        text = anon.text(text)
+    return text
+
+
+def final_pass(doc: dict, text: str) -> str:
+    """Rendered text once more: every string of the document is already redacted, so hunting the
+    known secret values (and identities) again is enough, and cheap on a large report."""
+    redactor, anon = doc.get("_protect") or (None, None)
+    if redactor is not None:
+        text = redactor.literals(text)
     if anon is not None:
         text = anon.text(text)
     return text
@@ -420,7 +431,7 @@ def _bundle_log(path: str, cut: LogCut, how: str, doc: dict) -> bytes:
             lines.append(f"# ... line {window[0][0]}")
             lines += [f"{n}: {t}" for n, t in window]
         text = "\n".join(lines) + "\n"
-    return final_pass(doc, text).encode()
+    return protect_text(doc, text).encode()
 
 
 def write_bundle(target: str, doc: dict, markdown: str, cuts: dict[str, LogCut], plan: dict[str, str]) -> None:
@@ -432,7 +443,7 @@ def write_bundle(target: str, doc: dict, markdown: str, cuts: dict[str, LogCut],
     members = {"report.md": markdown.encode(), "report.json": to_json(doc).encode()}
     seen: set[str] = set()
     for path, cut in cuts.items():
-        base = final_pass(doc, os.path.basename(cut.name)) or "log"
+        base = protect_text(doc, os.path.basename(cut.name)) or "log"
         name = base
         i = 1
         while name in seen:

@@ -216,18 +216,29 @@ _SHRINK = ((3, 40), (2, 15), (1, 5), (0, 0))
 
 
 def to_markdown(doc: dict) -> str:
-    """The Markdown report, under MAX_MARKDOWN_BYTES."""
-    text = final_pass(doc, render(doc))
+    """The Markdown report, under MAX_MARKDOWN_BYTES: excerpts shortened step by step, then the
+    config, then whole log sections (the verdict still names every log)."""
+    budget = MAX_MARKDOWN_BYTES * 0.97  # room for the last pass's replacements
+
+    def size(d: dict) -> int:
+        return len(render(d).encode())
+
     for context, tail in _SHRINK[1:]:
-        if len(text.encode()) <= MAX_MARKDOWN_BYTES:
-            return text
+        if size(doc) <= budget:
+            break
         doc = _shrink(doc, context, tail)
-        text = final_pass(doc, render(doc))
-    if len(text.encode()) > MAX_MARKDOWN_BYTES:
+    if size(doc) > budget:
         doc = dict(doc, config=None, launch=dict(doc["launch"], overrides=[]) if doc.get("launch") else None)
         doc["notes"] = list(doc.get("notes") or []) + ["config and overrides left out to stay under the size bound"]
-        text = final_pass(doc, render(doc))
-    if len(text.encode()) > MAX_MARKDOWN_BYTES:  # last resort: a clean cut
+    logs = list(doc["logs"])
+    while logs and size(doc) > budget:
+        over = size(doc) / budget
+        del logs[-max(1, int(len(logs) * (1 - 1 / over))):]
+        left = len(doc["logs"]) - len(logs)
+        doc = dict(doc, logs=logs, notes=[n for n in doc["notes"] if not n.startswith("the last ")]
+                   + [f"the last {left} log sections left out to stay under the size bound (see --json or --bundle)"])
+    text = final_pass(doc, render(doc))
+    if len(text.encode()) > MAX_MARKDOWN_BYTES:  # last resort: cut before a section heading
         cut = text.encode()[: MAX_MARKDOWN_BYTES - 200].decode("utf-8", "ignore")
         text = cut.rsplit("\n## ", 1)[0] + "\n\n_Report cut at the size bound._\n"
     return text

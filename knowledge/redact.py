@@ -190,6 +190,12 @@ class Redactor:
         out.append(text[done:])
         return "".join(out)
 
+    def literals(self, text: str) -> str:
+        """Only the known secret values replaced: a cheap last pass over text built from parts
+        that were each redacted already."""
+        literal = self._literal_pattern()
+        return literal.sub(REDACTED, text) if literal is not None and text else text
+
     def _hint(self):
         import re2
 

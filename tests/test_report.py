@@ -296,3 +296,24 @@ def test_one_gigabyte_log_gives_a_bounded_report_and_bundle(tmp_path):
     assert_no_secret(cut_log, "bundled log")
     assert len(cut_log.splitlines()) < BUNDLE_TAIL + 200
 
+
+
+def test_many_logs_stay_under_the_bound(tmp_path):
+    """Hundreds of explained logs with long lines: shortened step by step, still well formed, every
+    log still named in the verdict."""
+    from doctor import report
+    from doctor.report_markdown import to_markdown
+
+    log = tmp_path / "long-lines.log"
+    log.write_text("".join(f"line {i} {'x' * 600}\n" for i in range(200))
+                   + (FIXTURES / "verl-batch-not-divisible.log").read_text()
+                   + "".join(f"after {i} {'y' * 600}\n" for i in range(100)))
+    doc, _cuts = report.build_document(report.ReportRequest(argv=["report"], logs=[str(log)], cwd=tmp_path))
+    for copies in (40, 300):
+        many = dict(doc, logs=[dict(doc["logs"][0], name=f"node{i}.log") for i in range(copies)])
+        many["verdict"] = dict(doc["verdict"], lines=[f"node{i}.log: {doc['verdict']['lines'][0]}" for i in range(copies)])
+        md = to_markdown(many)
+        assert len(md.encode()) <= report.MAX_MARKDOWN_BYTES
+        assert_well_formed(md)
+        assert "to stay under the size bound" in md
+        assert f"node{copies - 1}.log" in "\n".join(md.splitlines()[: copies + 5])
