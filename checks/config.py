@@ -100,7 +100,7 @@ def override_problems(composed) -> list[dict]:
             value = text.split("=", 1)[1] if "=" in text else ""
             if guess:
                 kind = "config.unknown_key"
-                fix = f"did you mean {guess}? write {guess}={value} (or, to add a new key: +{text})"
+                fix = f"did you mean {guess}? write {guess}={value} (or add it as a new entry: +{text})"
             else:
                 kind = "config.missing_plus"
                 fix = f"{key} is not in verl's config; to add a new key write +{text}"

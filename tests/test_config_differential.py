@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("verl") is None, reason
 @pytest.fixture(scope="module")
 def verdicts():
     proc = subprocess.run([sys.executable, "-m", "tests.config_cases", str(N_CASES), "1"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=850)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == N_CASES

@@ -11,9 +11,6 @@ import click
 
 from doctor.cli import DoctorError
 
-_LAUNCH_HEADS = ("bash", "sh", "python", "python3")
-
-
 def _launch(script: str | None, args: list[str], cwd: Path):
     from checks.launch import LaunchError, parse_launch
 
@@ -23,7 +20,7 @@ def _launch(script: str | None, args: list[str], cwd: Path):
             missing = [a for a in args if a not in launch.raw_overrides]
             launch.raw_overrides += missing  # a script without "$@" still gets them: plan what was asked
             return launch
-        if args and (os.path.basename(args[0]).startswith(_LAUNCH_HEADS) or args[0].endswith(".sh")):
+        if args and "=" not in args[0] and not args[0].startswith("~"):  # not an override: a launch
             return parse_launch(list(args), cwd=cwd)
         return parse_launch(["python3", "-m", "verl.trainer.main_ppo", *args], cwd=cwd)
     except LaunchError as exc:
