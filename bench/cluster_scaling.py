@@ -30,7 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _private_ray_env(base: Path) -> dict[str, str]:
     env = {"RAY_TMPDIR": str(base / "ray"), "HOME": str(base / "home"), "RAY_AUTH_MODE": "disabled",
-           "RAY_USAGE_STATS_ENABLED": "0"}
+           "RAY_USAGE_STATS_ENABLED": "0",
+           # Ray's local-only mode: every node, worker and driver uses 127.0.0.1 (nothing leaves loopback)
+           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     for d in ("ray", "home"):
         (base / d).mkdir(parents=True, exist_ok=True)
     return env
@@ -39,7 +41,7 @@ def _private_ray_env(base: Path) -> dict[str, str]:
 def start_cluster(nodes: int):
     from ray.cluster_utils import Cluster
 
-    args = {"num_cpus": 1, "object_store_memory": 80 << 20, "node_ip_address": "127.0.0.1"}
+    args = {"num_cpus": 1, "object_store_memory": 80 << 20}
     cluster = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False})
     for _ in range(nodes - 1):
         cluster.add_node(**args)

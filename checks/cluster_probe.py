@@ -470,11 +470,7 @@ def run(req: dict) -> dict:
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     t0 = time.perf_counter()
     address = _reachable_gcs(req.get("address"), float(req["timeout"]))
-    host = address.removeprefix("ray://").rpartition(":")[0]
-    # A cluster on loopback (Ray's local simulation): the driver's node is there too, not on the
-    # address Ray would guess from the hostname.
-    local = {"_node_ip_address": host} if host.startswith("127.") or host == "localhost" else {}
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False, namespace="doctor-cluster", **local)
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False, namespace="doctor-cluster")
     connect_s = time.perf_counter() - t0
     all_nodes = ray.nodes()
     alive = [n for n in all_nodes if n.get("Alive")]
