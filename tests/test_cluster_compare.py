@@ -158,3 +158,44 @@ def test_fingerprint_tells_same_size_files_apart(tmp_path):
     a, b = path_fingerprint(str(one)), path_fingerprint(str(two))
     assert a["size"] == b["size"] and a["digest"] != b["digest"]
     assert path_fingerprint(str(tmp_path / "absent")) == {"exists": False}
+
+
+def test_git_state_of_a_source_checkout(tmp_path):
+    import subprocess
+
+    from checks.cluster_probe import git_state
+
+    repo = tmp_path / "verl-src"
+    (repo / "verl").mkdir(parents=True)
+    (repo / "verl" / "__init__.py").write_text("")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    state = git_state(str(repo / "verl" / "__init__.py"))
+    assert state == {"root": str(repo), "commit": head, "dirty": False}
+    (repo / "verl" / "__init__.py").write_text("x = 1\n")
+    assert git_state(str(repo / "verl"))["dirty"] is True
+    assert git_state(str(tmp_path)) is None
+
+
+def test_unreachable_cluster_is_one_line_exit_2(doctor):
+    import sys
+    import time
+
+    t0 = time.monotonic()
+    r = doctor("check", "--cluster", "127.0.0.1:9", "--python", sys.executable, env={"RAY_AUTH_MODE": "disabled"})
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "nothing answers at 127.0.0.1:9" in r.stderr
+    assert time.monotonic() - t0 < 60
+
+
+def test_interpreter_without_ray_is_one_line_exit_2(doctor, tmp_path):
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "env")], check=True)
+    r = doctor("check", "--cluster", "127.0.0.1:9", "--python", str(tmp_path / "env" / "bin" / "python"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "cannot import ray" in r.stderr and "--python" in r.stderr
