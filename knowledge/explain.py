@@ -461,7 +461,7 @@ class Scan:
             kept = []
             for ln in lines:
                 close = [c for c in near_lines
-                         if c.file == ln.file and abs(c.n - ln.n) <= within and c.n != ln.n]
+                         if c.file == ln.file and abs(c.n - ln.n) <= within]
                 if close:
                     kept.append(ln)
                     best = min(close, key=lambda c: abs(c.n - ln.n))

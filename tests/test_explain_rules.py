@@ -15,6 +15,13 @@ command on line 1). The reproductions of verl/torch/transformers functions ran
     rollout-name  omega_conf_to_dataclass(compose("ppo_trainer").actor_rollout_ref.rollout)
     rollout-sync  the same with rollout.name=vllm rollout.mode=sync
     model-path    AutoConfig.from_pretrained("/models/Qwen2.5-0.5B-Instruct") (absent)
+
+The reference trainer's phase failures ran `python -m trainer.main_grpo` on a local Ray node, or
+`/tmp/repro/inproc/phase_oom.py HEADROOM_MIB OVERRIDES...`, which runs the trainer's own Worker in
+one process: Trainer(parse_overrides(embedded_default() + overrides)).prepare(); a Worker(cfg, plan,
+rank 0, world 1).setup(); then limit_memory(data_memory() + HEADROOM) (RLIMIT_DATA, as
+trainer.worker_memory_limit sets it) and one train_step - a real allocation failure in the phase
+the overrides make largest.
 """
 from __future__ import annotations
 
