@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from checks.cluster_probe import parse_ifname_list
 from checks.facts import installed_dist, winner_path
 from checks.model import Finding
 
@@ -277,10 +278,7 @@ def _ifname_problem(var: str, value: str, ifaces: dict) -> str | None:
             if not ifaces[name].get("up"):
                 return f"interface {name} is down"
         return None
-    exclude = value.startswith("^")
-    body = value[1:] if exclude else value
-    exact = body.startswith("=")
-    items = [i for i in (body[1:] if exact else body).split(",") if i]
+    exclude, exact, items = parse_ifname_list(value)
     matched = [n for n in ifaces if any(n == i if exact else n.startswith(i) for i in items) != exclude]
     if not matched:
         return f"no interface matches {value}"

@@ -128,7 +128,7 @@ def git_state(path: str | None) -> dict | None:
     return {"root": str(cand), "commit": commit, "dirty": bool(status) if status is not None else None}
 
 
-def _parse_ifname_list(value: str) -> tuple[bool, bool, list[str]]:
+def parse_ifname_list(value: str) -> tuple[bool, bool, list[str]]:
     """NCCL/HCCL syntax: `^` excludes, `=` means exact names, else prefixes."""
     exclude = value.startswith("^")
     value = value[1:] if exclude else value
@@ -165,7 +165,7 @@ def pick_address(transport: str, env: dict, ifaces: dict, hostname_addrs: list[s
     var = env.get(f"{prefix}_SOCKET_IFNAME")
     names = sorted(ifaces)
     if var:
-        exclude, exact, items = _parse_ifname_list(var)
+        exclude, exact, items = parse_ifname_list(var)
 
         def match(n: str) -> bool:
             hit = any(n == i if exact else n.startswith(i) for i in items)
