@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 90  # per round: 8 simulated nodes start their workers on 2 shared cores
 
 
 def _private_ray_env(base: Path) -> dict[str, str]:
@@ -63,7 +64,7 @@ def make_launch(base: Path) -> tuple[Path, list[str]]:
 
 def time_check(address: str, nodes: int, launch: Path, argv: list[str], env: dict) -> float:
     cmd = [sys.executable, "-m", "doctor", "check", "--cluster", address, "--json", "--python", sys.executable,
-           "--cwd", str(launch), "--nodes", str(nodes), "--", *argv]
+           "--cwd", str(launch), "--nodes", str(nodes), "--timeout", str(TIMEOUT_S), "--", *argv]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env}, timeout=600)
     elapsed = time.perf_counter() - t0
