@@ -26,6 +26,10 @@ class Rollout:
     def attention_mask(self) -> torch.Tensor:
         return torch.cat([self.prompt_mask, self.response_mask], dim=1)
 
+    def to(self, device) -> "Rollout":
+        return Rollout(self.prompts.to(device), self.prompt_mask.to(device), self.responses.to(device),
+                       self.response_mask.to(device))
+
     def select(self, index) -> "Rollout":
         return Rollout(self.prompts[index], self.prompt_mask[index], self.responses[index], self.response_mask[index])
 

@@ -109,7 +109,7 @@ class Worker:
             torch.set_num_threads(threads)
         self.device_type = pick_device(cfg["trainer.device"], "trainer.device" in cfg["_given"])
         self.device = torch.device(self.device_type if self.device_type == "cpu" else f"{self.device_type}:0")
-        self.generator = torch.Generator(device="cpu")
+        self.generator = torch.Generator(device=self.device)  # sampling happens on the device
         self.seed = int(cfg["data.seed"] if cfg["data.seed"] is not None else 1)
         self.generator.manual_seed(self.seed * 1_000_003 + rank)
         self.fingerprints: dict | None = None  # filled per update once track_gradients() is called
@@ -177,7 +177,7 @@ class Worker:
         t0 = time.perf_counter()
         timing = {}
         with phase("generate"):
-            rollout = self.generate_sequences(items)
+            rollout = self.generate_sequences(items).to("cpu")  # phases move their micro batches back
         timing["gen"] = time.perf_counter() - t0
         with phase("reward"):
             scores, accs = self.compute_rewards(items, rollout)
@@ -293,7 +293,7 @@ class Worker:
         for epoch in range(cfg[A + "ppo_epochs"]):
             order = torch.arange(size)
             if cfg[A + "shuffle"]:
-                order = torch.randperm(size, generator=self.generator)
+                order = torch.randperm(size, generator=self.generator, device=self.device).cpu()
             for start in range(0, size, plan.local_mini):
                 mini = order[start:start + plan.local_mini]
                 counts = torch.tensor([float(rollout.response_mask[mini].sum()),
@@ -372,7 +372,7 @@ class Worker:
     @torch.no_grad()
     def validate(self, items: list[Item]) -> dict:
         with phase("generate"):
-            rollout = self.generate_sequences(items, do_sample=False, n=1)
+            rollout = self.generate_sequences(items, do_sample=False, n=1).to("cpu")
         scores, accs = self.compute_rewards(items, rollout, n=1)
         return {"val/score/mean": (float(scores.sum()), len(scores)), "val/accuracy": (float(accs.sum()), len(accs))}
 
