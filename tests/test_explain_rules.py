@@ -16,6 +16,10 @@ command on line 1). The reproductions of verl/torch/transformers functions ran
     rollout-sync  the same with rollout.name=vllm rollout.mode=sync
     model-path    AutoConfig.from_pretrained("/models/Qwen2.5-0.5B-Instruct") (absent)
 
+The Ray cases ran `/tmp/repro/ray/actors.py CASE`: ray.init(num_cpus=2, include_dashboard=False,
+_node_ip_address="127.0.0.1"), then for `unschedulable` ray.get(needs_gpu.remote(), timeout=30)
+with `@ray.remote(num_gpus=1) def needs_gpu()` on a CPU-only node.
+
 The reference trainer's phase failures ran `python -m trainer.main_grpo` on a local Ray node, or
 `/tmp/repro/inproc/phase_oom.py HEADROOM_MIB OVERRIDES...`, which runs the trainer's own Worker in
 one process: Trainer(parse_overrides(embedded_default() + overrides)).prepare(); a Worker(cfg, plan,
