@@ -493,7 +493,10 @@ class Supervisor:
         elif retries_used >= self.opt.max_retries:
             attempt.decision, attempt.reason = "stop", f"retry budget spent ({self.opt.max_retries})"
         elif action == "downshift":
-            shift = downshift.next_downshift(diagnosis.phase, self.config(), self.engine.name,
+            # A phase the log does not name (or one without a ladder): the update phase holds
+            # the largest activations, so its ladder is the best guess.
+            phase = diagnosis.phase if diagnosis.phase in downshift.PHASES else "update"
+            shift = downshift.next_downshift(phase, self.config(), self.engine.name,
                                              supported=self.engine.supports, fits=self.memory_fits())
             if not shift:
                 attempt.decision = "stop"
