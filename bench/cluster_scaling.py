@@ -39,15 +39,24 @@ def _private_ray_env(base: Path) -> dict[str, str]:
     return env
 
 
-def start_cluster(nodes: int):
+def start_cluster(nodes: int, attempts: int = 3):
+    """Ray gives each node 30 s to register; on a busy machine a start can miss that: retry."""
     from ray.cluster_utils import Cluster
 
     args = {"num_cpus": 1, "object_store_memory": 80 << 20}
-    cluster = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False})
-    for _ in range(nodes - 1):
-        cluster.add_node(**args)
-    cluster.wait_for_nodes()
-    return cluster
+    for attempt in range(1, attempts + 1):
+        cluster = Cluster(shutdown_at_exit=True)
+        try:
+            cluster.add_node(**args, include_dashboard=False)
+            for _ in range(nodes - 1):
+                cluster.add_node(**args)
+            cluster.wait_for_nodes()
+            return cluster
+        except Exception as exc:
+            cluster.shutdown()
+            if attempt == attempts:
+                raise SystemExit(f"could not start a {nodes}-node cluster: {exc}")
+            print(f"{nodes}-node cluster did not start ({exc}); retrying", flush=True)
 
 
 def make_launch(base: Path) -> tuple[Path, list[str]]:

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,10 +148,14 @@ class NetnsCluster:
         # A killed node is noticed in about a second, not the default fifteen or so.
         health = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "2",
                   "RAY_health_check_timeout_ms": "500"}
-        r = self.run(node, [ray, "start", *role, *common], env={**health, **(env or {})}, cwd=cwd,
-                     binds=binds, timeout=90)
-        if r.returncode != 0:
-            raise RuntimeError(f"ray start on {node} failed ({r.returncode}): {r.stderr[-2000:]}")
+        for attempt in (1, 2):  # Ray gives a node 30 s to register: a busy machine can miss that once
+            r = self.run(node, [ray, "start", *role, *common], env={**health, **(env or {})}, cwd=cwd,
+                         binds=binds, timeout=120)
+            if r.returncode == 0:
+                return
+            self.stop_node(node)
+            shutil.rmtree(n.temp_dir, ignore_errors=True)
+        raise RuntimeError(f"ray start on {node} failed ({r.returncode}): {r.stderr[-2000:]}")
 
     def stop_node(self, node: str, grace: float = 3.0) -> None:
         """End every process in the node's namespace (by PID), TERM then KILL."""
@@ -196,19 +201,30 @@ class NetnsCluster:
             shutil.rmtree(n.temp_dir, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def netns_cluster(tmp_path_factory):
-    """Two namespaces with a Ray head (A) and worker (B), shared by a module's tests."""
+@contextmanager
+def running_cluster(base: Path, tag: str, env: dict[str, str] | None = None, prepare=None):
+    """Namespaces up, `prepare(cluster)` (extra interfaces ...), Ray on A then B with `env`;
+    everything torn down on the way out, also after a failure."""
     reason = netns_unavailable_reason()
     if reason:
         pytest.skip(f"two-host tests need network namespaces: {reason}")
-    base = Path(tmp_path_factory.mktemp("netns"))
-    cluster = NetnsCluster(base, tag=f"vdc{os.getpid() % 10000}")
+    cluster = NetnsCluster(base, tag=tag)
     try:
         cluster.create()
-        cluster.start_ray("a")
-        cluster.start_ray("b")
+        if prepare is not None:
+            prepare(cluster)
+        cluster.start_ray("a", env=env)
+        cluster.start_ray("b", env=env)
         cluster.wait_nodes(2)
         yield cluster
     finally:
         cluster.destroy()
+
+
+@pytest.fixture(scope="module")
+def netns_cluster(tmp_path_factory):
+    """Two namespaces with a Ray head (A) and worker (B), GLOO_SOCKET_IFNAME=eth6 on both,
+    shared by a module's tests."""
+    with running_cluster(Path(tmp_path_factory.mktemp("netns")), f"vdc{os.getpid() % 10000}",
+                         env={"GLOO_SOCKET_IFNAME": IFACE}) as cluster:
+        yield cluster

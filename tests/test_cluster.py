@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.netns import ROOT, NetnsCluster, netns_unavailable_reason
+from tests.netns import ROOT, NetnsCluster, running_cluster
 
 pytestmark = pytest.mark.netns
 
@@ -21,23 +21,17 @@ MODEL_BYTES = 2_500_000
 
 @pytest.fixture(scope="module")
 def two_hosts(tmp_path_factory):
-    reason = netns_unavailable_reason()
-    if reason:
-        pytest.skip(f"two-host tests need network namespaces: {reason}")
     base = Path(tmp_path_factory.mktemp("cluster"))
     layout = _lay_out(base)
-    cluster = NetnsCluster(base, tag=f"vdcc{int(time.time()) % 1000}")
-    try:
-        cluster.create()
-        cluster.add_interface("a", "eth7", "10.231.78.1/24")  # only host-a has eth7
-        cluster.start_ray("a", env={"GLOO_SOCKET_IFNAME": "eth6"})
-        cluster.start_ray("b", env={"GLOO_SOCKET_IFNAME": "eth6"})
-        cluster.wait_nodes(2)
+
+    def only_host_a_has_eth7(cluster: NetnsCluster) -> None:
+        cluster.add_interface("a", "eth7", "10.231.78.1/24")
+
+    with running_cluster(base, f"vdcc{int(time.time()) % 1000}", env={"GLOO_SOCKET_IFNAME": "eth6"},
+                         prepare=only_host_a_has_eth7) as cluster:
         cluster.layout = layout
         cluster.b_plant = "identical"
         yield cluster
-    finally:
-        cluster.destroy()
 
 
 def _lay_out(base: Path) -> dict[str, Path]:
