@@ -172,8 +172,12 @@ class Redactor:
             return text
         if len(text) < LARGE_TEXT:
             return self._text(text)
+        try:
+            hint = self._hint()
+        except Exception:  # a value RE2 cannot take: redact the slow, sure way
+            return self._text(text)
         spans: list[list[int]] = []  # candidate lines, neighbours merged into one chunk
-        for m in self._hint().finditer(text):
+        for m in hint.finditer(text):
             if spans and m.start() < spans[-1][1]:
                 continue
             start = text.rfind("\n", 0, m.start()) + 1
