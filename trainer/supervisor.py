@@ -277,6 +277,14 @@ def _redact(obj: Any) -> Any:
     return redact_mapping(obj)
 
 
+def _redact_text(text: str) -> str:
+    try:
+        from knowledge.redact import redact_text
+    except ImportError:
+        return text
+    return redact_text(text)
+
+
 def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w") as fh:
@@ -450,7 +458,7 @@ class Supervisor:
                           log=str(self.run_dir / f"attempt-{n}.log"))
         self.attempts.append(attempt)
         where = f" (resuming from step {attempt.resumed_from_step})" if attempt.resumed_from_step else ""
-        self.say(f"attempt {n}{where}: {' '.join(self.engine.command(self.overrides))}")
+        self.say(f"attempt {n}{where}: " + _redact_text(" ".join(self.engine.command(self.overrides))))
         t0 = time.monotonic()
         try:
             attempt.exit_code, attempt.steps_completed = self._run_child(attempt)
