@@ -1,9 +1,10 @@
 """`doctor explain`: name the root cause of a failed run from its log.
 
 How a log is read (constant memory, any size):
-  1. The log is streamed in large blocks (plain, gzip or stdin). One RE2 regex, the alternation of
-     every catalog pattern, scans each whole block; RE2 runs it as a DFA, in linear time, so the
-     many thousands of ordinary lines cost one pass and no Python per line.
+  1. The log is streamed in large blocks (plain, gzip or stdin). One multi-pattern automaton of
+     every catalog pattern (Hyperscan; RE2's alternation without it, see knowledge/prefilter.py)
+     scans each whole block in linear time, so the many thousands of ordinary lines cost one pass
+     and no Python per line.
   2. Only a line where that prefilter matched is decoded and cleaned (ANSI colours, Ray's
      `(WorkerDict pid=..., ip=...)` prefix, CR, invalid UTF-8), then an `re2.Set` of the original
      patterns says exactly which patterns hit. Each pattern keeps its first and last hits only.
@@ -50,7 +51,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _RAY_PREFIX = re.compile(
     r"^\((?:(?P<name>[A-Za-z_][\w.:\-]*)(?: pid=(?P<pid>\d+)| \+[\d.]+[smh])?|pid=(?P<pid2>\d+))"
     r"(?:, ip=(?P<ip>[0-9A-Fa-f.:]+))?\) ?")
-_RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+_RAY_REPEAT = re.compile(r"\[repeated \d+x across cluster\]")
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
@@ -204,7 +205,10 @@ def clean_line(raw: bytes) -> Line:
         node = node or m.group("ip")
         text = text[m.end():]
         m = _RAY_PREFIX.match(text)
-    text = _RAY_REPEAT.sub("", text)
+    if text.endswith("across cluster]"):  # string ops, not a regex: linear on any line
+        cut = text.rfind("[repeated ")
+        if cut >= 0 and _RAY_REPEAT.fullmatch(text, cut):
+            text = text[:cut].rstrip()
     text = _UNPRINTABLE.sub("?", text)
     return Line(0, text, node, process)
 

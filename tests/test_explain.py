@@ -284,6 +284,10 @@ def test_fuzz_random_bytes_truncations_huge_lines_and_hostile_strings(tmp_path):
     found = explain_paths([str(huge)])
     assert time.monotonic() - t0 < 20
     assert found and found[0].rule == "python-module-not-found" and found[0].lines[0].n == 1
+    # long runs of blanks before a repeated-line marker (quadratic for a naive regex)
+    t0 = time.monotonic()
+    explain_text(" " * 60000 + "ModuleNotFoundError: No module named 'x'" + " " * 60000 + "x\n")
+    assert time.monotonic() - t0 < 5
     # a block flooded with matches (the prefilter switches to one candidate per line)
     t0 = time.monotonic()
     found = explain_text(b"ERROR " * (2 << 20) + b"\nModuleNotFoundError: No module named 'vllm'\n")
