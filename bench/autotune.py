@@ -8,7 +8,10 @@
    combination's (both measured in step 2, same conditions; goal >= 0.9), and the steps lost
    (steps a failed attempt finished that its checkpoint did not keep; goal 0).
 
-    .venv/bin/python bench/autotune.py [--steps 4] [--limit 1400MiB] [--start-micro 16]
+    .venv/bin/python bench/autotune.py [--steps 4] [--limit 800MiB] [--start-micro 16]
+
+The task: the embedded tiny model on its digits task with ~400-token prompts (so a micro batch's
+activations matter), 16 samples per step on one worker, under `trainer.worker_memory_limit`.
 
 Timing is the median `timing_s/step` of each run's steps after the first (the first pays for
 start-up work), so the ratio compares steady-state step rates measured side by side.
@@ -33,14 +36,31 @@ MICRO = A + "actor.ppo_micro_batch_size_per_gpu"
 CKPT = A + "model.enable_gradient_checkpointing"
 
 
+def long_prompts(work: Path) -> Path:
+    """The embedded task's rows with ~400-token prompts: memory per sample grows, compute barely."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from trainer.tiny import ensure_tiny
+
+    rows = pq.read_table(ensure_tiny() / "data" / "train.parquet").slice(0, 64).to_pylist()
+    for row in rows:
+        row["prompt"] = [{"role": "user", "content": "Read all of this before you answer. " * 15
+                          + row["prompt"][0]["content"]}]
+    path = work / "long_prompts.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
 def task(args, **extra) -> list[str]:
     from trainer.defaults import embedded_default
 
     settings = {
         "trainer.nnodes": 1, "trainer.total_training_steps": args.steps, "data.train_batch_size": 4,
-        A + "actor.ppo_mini_batch_size": 4, A + "rollout.n": 4,
-        "data.max_response_length": args.response_length, "trainer.plot": False,
-        "trainer.worker_memory_limit": args.limit, "trainer.save_freq": 1,
+        A + "actor.ppo_mini_batch_size": 4, A + "rollout.n": 4, "data.train_files": args.data,
+        "data.max_prompt_length": 512, "data.max_response_length": args.response_length,
+        A + "rollout.log_prob_micro_batch_size_per_gpu": 2, A + "ref.log_prob_micro_batch_size_per_gpu": 2,
+        "trainer.plot": False, "trainer.worker_memory_limit": args.limit, "trainer.save_freq": 1,
     }
     settings.update(extra)
     keep = [o for o in embedded_default(args.size) if o.split("=", 1)[0] not in settings]
@@ -97,19 +117,21 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--size", default="tiny")
-    p.add_argument("--response-length", type=int, default=64)
-    p.add_argument("--limit", default="1400MiB", help="trainer.worker_memory_limit")
+    p.add_argument("--response-length", type=int, default=8)
+    p.add_argument("--limit", default="800MiB", help="trainer.worker_memory_limit")
     p.add_argument("--start-micro", type=int, default=16)
+    p.add_argument("--micros", default="16,8,4,2,1", help="update micro batch sizes of the grid")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="vd-autotune-"))
     (work / "home").mkdir()
+    args.data = long_prompts(work)
 
     doc = run_autotune(args, work)
     final = doc["final_overrides"]
     final_setting = (int(final[MICRO]), str(final.get(CKPT, False)).lower() == "true")
 
     grid: dict[tuple[int, bool], float | None] = {}
-    micros = [m for m in (16, 8, 4, 2, 1) if m <= args.start_micro]
+    micros = [int(m) for m in args.micros.split(",") if int(m) <= args.start_micro]
     for micro, ckpt in itertools.product(micros, (False, True)):
         grid[(micro, ckpt)] = run_setting(args, work, micro, ckpt)
         rate = grid[(micro, ckpt)]
