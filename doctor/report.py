@@ -87,6 +87,8 @@ def build_document(req: ReportRequest) -> tuple[dict, dict]:
         doc["logs"] = logs.result()
         doc["config"] = section("config", lambda: _config_section(ctx, defaults)) if req.launch else None
     doc["nodes"] = section("versions", lambda: _nodes_section(ctx)) or {}
+    if req.cluster and not ctx.options.get("cluster_nodes"):
+        doc["notes"].append("versions: this machine's only; the cluster probe did not hand over its nodes' facts")
     doc["version_differences"] = _differences(doc["nodes"])
     doc["launch"] = section("launch", lambda: _launch_section(req.launch))
     doc["plan"], doc["memory"] = (section("plan", lambda: _plan_section(ctx, doc["config"], req.device_memory))
