@@ -223,7 +223,8 @@ def _launch_section(launch) -> dict | None:
         return None
     return {"argv": list(launch.argv), "script": str(launch.script) if launch.script else None,
             "cwd": str(launch.cwd) if launch.cwd else None, "python": launch.python,
-            "module": launch.module or launch.entry, "exports": dict(launch.env),
+            "runs": f"{launch.python} -m {launch.module}" if launch.module else f"{launch.python} {launch.entry or ''}".strip(),
+            "exports": dict(launch.env),
             "overrides": list(launch.raw_overrides)}
 
 

@@ -147,6 +147,9 @@ def _launch(doc: dict) -> list[str]:
     import shlex
 
     out = ["## Launch", "", *fence([" ".join(shlex.quote(a) for a in launch["argv"])], "bash")]
+    if launch.get("script") and launch.get("runs"):
+        where = f" in {code(launch['cwd'])}" if launch.get("cwd") else ""
+        out += ["", f"The script runs {code(launch['runs'])}{where}."]
     if launch.get("exports"):
         out += ["", "Exported by the script:", ""]
         out += table(["variable", "value"], [[k, v] for k, v in launch["exports"].items()])
