@@ -79,7 +79,8 @@ def test_two_node_default_learns_with_workers_on_both_nodes_and_equal_gradients(
 def test_kill_mid_run_and_mid_checkpoint_then_resume_without_repeating_a_step(env, tmp_path):
     args = embedded_default() + [f"trainer.default_local_dir={tmp_path}", "trainer.nnodes=1",
                                  "trainer.total_training_steps=6", "trainer.save_freq=2",
-                                 "trainer.worker_memory_limit=1GiB"]  # a sensible limit leaves room
+                                 "trainer.worker_memory_limit=1GiB",  # a sensible limit leaves room
+                                 "trainer.test_freq=3", "data.val_max_samples=16"]
     first = _trainer(args, {**env, checkpoint.HOLD_ENV: "4:600"})  # step 4's write stops before its rename
     try:
         deadline = time.time() + 600
@@ -103,6 +104,7 @@ def test_kill_mid_run_and_mid_checkpoint_then_resume_without_repeating_a_step(en
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]  # every step once, none skipped
     # Step 3 was redone from step 2's model, optimizer, data position and RNG: the same result.
     assert rows[2][SCORE] == before[2][SCORE] and rows[2]["response_length/mean"] == before[2]["response_length/mean"]
+    assert [r["step"] for r in rows if "val/score/mean" in r] == [3, 6]  # greedy validation every 3 steps
     assert checkpoint.latest(tmp_path) == 6 and not list(tmp_path.glob(f"{checkpoint.TMP_PREFIX}*"))
 
 

@@ -210,7 +210,7 @@ class Worker:
             "critic/score/max": ("max", float(scores.max())),
             "critic/score/min": ("min", float(scores.min())),
             "reward/accuracy": (float(accs.sum()), n),
-            "critic/advantages/mean": (float(advantages.sum(-1).sum()), n),
+            "critic/advantages/mean": (float(advantages.sum()), float(rollout.response_mask.sum())),  # token mean
             "response_length/mean": (float(resp_len.sum()), n),
             "response_length/max": ("max", float(resp_len.max())),
             "response_length/clip_ratio": (float((resp_len >= self.cfg["data.max_response_length"]).sum()), n),
