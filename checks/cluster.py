@@ -116,6 +116,12 @@ def nodes_answer(view: ClusterView) -> list[Finding]:
                             "check that node: `ray status` lists it, its raylet log under the Ray temp dir "
                             "(session_latest/logs/raylet.out), and that the interpreter exists there",
                             {"ip": n.get("ip"), "node_id": n.get("id")}, n["label"]))
+    if view.answered and not view.silent:
+        secs = view.report.get("facts_s")
+        out.append(_finding("cluster.nodes", "pass", f"{len(view.answered)} nodes answered",
+                            ", ".join(n["label"] + (" (head)" if n.get("head") else "") for n in view.answered)
+                            + (f"; facts from every node in {secs:.1f} s" if secs is not None else ""),
+                            evidence={"connect_s": view.report.get("connect_s"), "facts_s": secs}))
     alive_ips = {n.get("ip") for n in view.report.get("nodes") or []}
     for d in view.report.get("dead") or []:
         if d.get("ip") in alive_ips:

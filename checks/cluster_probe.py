@@ -36,6 +36,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+WORKER_START_S = 20.0  # a node's first task starts a Python worker there (seconds on a busy node)
 FINGERPRINT_BYTES = 1 << 20  # head and tail hashed per file: catches a different copy cheaply
 MAX_FILES = 500  # per directory path; model dirs hold a handful of files
 STACK_SOURCE = ("verl",)
@@ -483,16 +484,18 @@ def run(req: dict) -> dict:
     timeout = float(req["timeout"])
 
     facts_task = ray.remote(node_facts)
+    t_facts = time.perf_counter()
     refs = {nid: _pinned(facts_task, nid).remote(req, info["ip"]) for nid, info in nodes.items()}
-    answers = _gather(refs, timeout)
+    answers = _gather(refs, timeout + WORKER_START_S)
     missing_code = [nid for nid, a in answers.items() if a.get("need_code")]
     if missing_code:  # that node has no doctor: ship checks/ and knowledge/ to it
         env = _code_runtime_env()
         retry = {nid: _pinned(facts_task, nid, env).remote(req, nodes[nid]["ip"]) for nid in missing_code}
-        answers.update(_gather(retry, timeout + 30))
+        answers.update(_gather(retry, timeout + WORKER_START_S + 30))
     for nid, a in answers.items():
         nodes[nid].update(a)
     report = {"address": req.get("address"), "head_ip": head_ip, "connect_s": round(connect_s, 3),
+              "facts_s": round(time.perf_counter() - t_facts, 3),
               "ray_version": ray.__version__, "nodes": list(nodes.values()), "dead": dead}
 
     ok_nodes = [nid for nid in nodes if nodes[nid].get("facts")]

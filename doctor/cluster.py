@@ -84,9 +84,10 @@ def expected_shape(ctx) -> tuple[int | None, int | None]:
 
 def probe_cluster(ctx, address: str | None, paths: list[str]) -> dict:
     """Run the fan-out in the target interpreter; its report, or DoctorError in one line."""
-    from checks.cluster_probe import collective_bound
+    from checks.cluster_probe import WORKER_START_S, collective_bound
 
-    budget = CONNECT_S + 3 * ctx.timeout + 30 + (2 * (collective_bound(ctx.timeout) + 15) if ctx.deep else 0)
+    budget = (CONNECT_S + 3 * ctx.timeout + 2 * WORKER_START_S + 30
+              + (2 * (collective_bound(ctx.timeout) + 15) if ctx.deep else 0))
     with tempfile.TemporaryDirectory(prefix="doctor-cluster-") as tmp:
         out = os.path.join(tmp, "report.json")
         req = {"address": address, "cwd": str(ctx.cwd), "python": ctx.python, "timeout": ctx.timeout,

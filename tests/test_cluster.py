@@ -93,6 +93,7 @@ def _doctor(cluster: NetnsCluster, *extra: str) -> tuple[dict, float]:
     argv = [cluster.python, "-m", "doctor", "check", "--cluster", cluster.address, "--json",
             "--python", cluster.python, "--cwd", str(lay["launch"]),
             "--skip", "config,data,memory",  # they read the launch only, once; other tests cover them
+            "--timeout", "30",  # a loaded CI machine is slow to start python on a node
             *extra, "--",
             "python3", "-m", "verl.trainer.main_ppo",
             f"actor_rollout_ref.model.path={lay['model']}", f"data.train_files={lay['data'] / 'train.parquet'}",
@@ -163,7 +164,7 @@ def test_vllm_source_tree_in_node_b_launch_directory(two_hosts):
 
 def test_gloo_interface_only_node_a_has(two_hosts):
     _plant(two_hosts, "eth7")
-    doc, elapsed = _doctor(two_hosts, "--deep", "--timeout", "15")
+    doc, elapsed = _doctor(two_hosts, "--deep", "--timeout", "20")
     env = _only_on_b(doc, "cluster.env")
     assert any("no interface eth7" in f["title"] and "exists on host-a" in f["message"] for f in env)
     gloo = [f for f in _failures(doc, "cluster.collective")]
