@@ -68,8 +68,11 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         while answering_nodes(sys.executable, self.address, self.env, 5) < n:
             assert time.monotonic() < deadline, f"the cluster did not reach {n} node(s)"
-            if self.worker is not None and self.worker.poll() is not None:
-                self.start_worker()  # a node start can time out on a busy machine: start it again
+            # a node start can time out on a busy machine: start it again
+            if self.head.poll() is not None:
+                self.head = self._start("--head", f"--port={self.port}", "--include-dashboard=false")
+            elif self.worker is not None and self.worker.poll() is not None:
+                self.start_worker()
             time.sleep(1)
 
     def kill_worker_raylet(self) -> None:

@@ -80,14 +80,16 @@ def test_verl_start_up_failure_stops_with_its_diagnosis(tmp_path):
     schema = json.loads((ROOT / "knowledge/schemas/doctor.train.schema.json").read_text())
     jsonschema.validate(doc, schema)
     assert doc["status"] == "failed"
-    (attempt,) = doc["attempts"]  # stopped at once: no retry of a broken install
+    *before, attempt = doc["attempts"]
+    # a broken install is not retried; only a Ray start-up hiccup of a busy machine may come first
+    assert all(a["diagnosis"]["category"] == "cluster" for a in before), before
     assert attempt["exit_code"] != 0
     assert attempt["decision"] == "stop"
     assert attempt["diagnosis"]["category"] in ("versions", "imports"), attempt
     assert attempt["diagnosis"]["rule"], attempt
     # the launch that ran is the script's, with the save frequency it already had
     ledger = [json.loads(x) for x in (run_dir / "attempts.jsonl").read_text().splitlines()]
-    assert "trainer.save_freq=20" in ledger[0]["overrides"]
-    assert "trainer.resume_mode=auto" in ledger[0]["overrides"]
+    assert "trainer.save_freq=20" in ledger[-1]["overrides"]
+    assert "trainer.resume_mode=auto" in ledger[-1]["overrides"]
     log = Path(attempt["log"]).read_text()
     assert "verl.trainer.main_ppo" in log or "validate_config" in log
