@@ -323,3 +323,20 @@ def test_requires_and_near_conditions_of_a_rule(tmp_path):
     assert explain_text("Running on 2 nodes\n" + warn + "x\n" * 5 + fatal, matcher=m) == []  # too far
     top = explain_text("Running on 2 nodes\n" + fatal + warn, matcher=m)[0]              # either side
     assert [ln.n for ln in top.lines] == [2, 3]  # the fatal line joined by the warning that explains it
+
+
+def test_cli_on_binary_junk_never_tracebacks(tmp_path):
+    junk = tmp_path / "junk.log"
+    junk.write_bytes(random.Random(7).randbytes(1 << 20) + b"\xff\xfe\x00" * 1000)
+    for args in (["explain", str(junk)], ["explain", "--json", "--all", str(junk)]):
+        r = run_doctor(*args)
+        assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr
+    r = run_doctor("explain", "-", input="\x00\x01 binary \x7f\n" * 1000)
+    assert r.returncode == 1 and not r.stderr
+
+
+def test_cli_all_lists_the_findings_a_higher_one_explains():
+    r = run_doctor("explain", "--all", str(FIX / "memory-oom-log-prob.log"))
+    assert r.returncode == 0
+    assert "memory-cuda-oom" in r.stdout and "same line as memory-oom-log-prob" in r.stdout
+    assert "memory-cuda-oom" not in run_doctor("explain", str(FIX / "memory-oom-log-prob.log")).stdout
