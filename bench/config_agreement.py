@@ -32,7 +32,7 @@ def main(n: int = 500, seed: int = 1) -> int:
     if proc.returncode != 0:
         print(proc.stderr[-2000:], file=sys.stderr)
         return 2
-    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"overrides"')]
     rejected = agreed = false_rejections = 0
     extra: Counter[str] = Counter()
     doctor_seconds = verl_seconds = 0.0

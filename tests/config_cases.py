@@ -6,13 +6,16 @@ sizes, device counts, micro-batch settings, KL, sequence parallelism, loss mode,
 applies each case's overrides, runs verl's own `validate_config` on it, and prints one JSON line per
 case: the overrides, verl's verdict (exception type and innermost message) and the config values
 doctor's validation reads (`checks.config.STARTUP_KEYS`), taken from the very config verl validated.
+A last line holds verl's default scorer's verdict on the data sources doctor's knowledge lists.
 """
 from __future__ import annotations
 
+import io
 import json
 import random
 import sys
 import time
+from contextlib import redirect_stdout
 
 A = "actor_rollout_ref.actor."
 R = "actor_rollout_ref.rollout."
@@ -66,9 +69,7 @@ def _value(text: str):
 def run_verl(n: int, seed: int, timed: bool = False) -> None:
     """Runs where verl is importable: print one JSON line per case."""
     import copy
-    import io
     import warnings
-    from contextlib import redirect_stdout
 
     from omegaconf import OmegaConf
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -99,6 +100,28 @@ def run_verl(n: int, seed: int, timed: bool = False) -> None:
         if timed:
             row["seconds"] = seconds
         print(json.dumps(row), flush=True)
+    print(json.dumps({"registry": registry_verdicts()}), flush=True)
+
+
+def registry_verdicts() -> dict[str, bool]:
+    """For each data_source knowledge/verl_keys.toml lists (and one it does not): does verl's
+    default scorer dispatch it? An unregistered source raises NotImplementedError."""
+    from verl.utils.reward_score import default_compute_score
+
+    from checks.config import key_table
+
+    table = key_table()["reward_sources"]
+    out = {}
+    for source in table["exact"] + [p + "_2024" for p in table["prefixes"]] + ["verl_doctor/digits"]:
+        try:
+            with redirect_stdout(io.StringIO()):
+                default_compute_score(source, "", "0")
+            out[source] = True
+        except NotImplementedError:
+            out[source] = False
+        except Exception:  # a scorer exists and disliked the dummy answer
+            out[source] = True
+    return out
 
 
 def _reads_of_validate(tree: dict) -> dict:
