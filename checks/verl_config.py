@@ -181,16 +181,14 @@ class ConfigSession:
 
 
 def _facts_verl_version(ctx) -> str | None:
-    """verl's version from the node facts, when the facts engineer's probe reports it."""
+    """verl's version as the node facts' interpreter probe found it installed."""
     try:
-        facts = ctx.get_facts() or {}
-    except Exception:
+        from checks.facts import installed_dist, package, probe_of
+
+        dist = installed_dist(package(probe_of(ctx), "verl"))
+    except Exception:  # facts are a second opinion here, never a reason to fail
         return None
-    dists = facts.get("distributions") or facts.get("packages") or {}
-    entry = dists.get("verl") if isinstance(dists, dict) else None
-    if isinstance(entry, dict):
-        return entry.get("version")
-    return entry if isinstance(entry, str) else None
+    return (dist or {}).get("version")
 
 
 def session(ctx) -> ConfigSession | None:
