@@ -15,6 +15,7 @@ command on line 1). The reproductions of verl/torch/transformers functions ran
     rollout-name  omega_conf_to_dataclass(compose("ppo_trainer").actor_rollout_ref.rollout)
     rollout-sync  the same with rollout.name=vllm rollout.mode=sync
     model-path    AutoConfig.from_pretrained("/models/Qwen2.5-0.5B-Instruct") (absent)
+    rollout-hf    verl.workers.rollout.base.get_rollout_class("hf", "async")
 
 The Ray cases ran `/tmp/repro/ray/actors.py CASE`: ray.init(num_cpus=2, include_dashboard=False,
 _node_ip_address="127.0.0.1"), then for `unschedulable` ray.get(needs_gpu.remote(), timeout=30)
