@@ -1,8 +1,9 @@
 """Every rule of the catalog explains its own fixtures first; clean logs give no finding.
 
 Fixtures are real: excerpts of public logs (URL on line 1) or failures reproduced here (the
-command on line 1). The reproductions of verl/torch/transformers functions ran
-`/tmp/repro/fn/cases.py NAME` in the project's venv; its cases are, verbatim:
+command on line 1). The scripts that reproduced them are in tests/fixtures/explain/repro/:
+verl_cases.sh (verl's entry point with bad overrides), py_cases.sh (imports, workdir, allocation
+failures), and cases.py NAME for verl/torch/transformers functions in the project's venv:
 
     reward-file   get_custom_reward_fn(reward.custom_reward_function.path=rewards/gsm8k_reward.py)
     reward-name   the same with a file that defines `score` but not `compute_score`
@@ -17,13 +18,13 @@ command on line 1). The reproductions of verl/torch/transformers functions ran
     model-path    AutoConfig.from_pretrained("/models/Qwen2.5-0.5B-Instruct") (absent)
     rollout-hf    verl.workers.rollout.base.get_rollout_class("hf", "async")
 
-The Ray cases ran `/tmp/repro/ray/actors.py CASE`: ray.init(num_cpus=2, include_dashboard=False,
+The Ray cases ran `actors.py CASE`: ray.init(num_cpus=2, include_dashboard=False,
 _node_ip_address="127.0.0.1"), then for `unschedulable` ray.get(needs_gpu.remote(), timeout=30)
 with `@ray.remote(num_gpus=1) def needs_gpu()` on a CPU-only node.
 
-The reference trainer's phase failures ran `python -m trainer.main_grpo` on a local Ray node, or
-`/tmp/repro/inproc/phase_oom.py HEADROOM_MIB OVERRIDES...`, which runs the trainer's own Worker in
-one process: Trainer(parse_overrides(embedded_default() + overrides)).prepare(); a Worker(cfg, plan,
+The reference trainer's phase failures ran `python -m trainer.main_grpo` on a local Ray node
+(trainer_oom.sh), or `phase_oom.py HEADROOM_MIB OVERRIDES...`, which runs the trainer's own Worker
+in one process: Trainer(parse_overrides(embedded_default() + overrides)).prepare(); a Worker(cfg, plan,
 rank 0, world 1).setup(); then limit_memory(data_memory() + HEADROOM) (RLIMIT_DATA, as
 trainer.worker_memory_limit sets it) and one train_step - a real allocation failure in the phase
 the overrides make largest.
