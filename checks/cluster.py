@@ -247,8 +247,7 @@ def interfaces_valid(view: ClusterView) -> list[Finding]:
                 out.append(_finding("cluster.env", "fail", f"{var} on {n['label']}: {problem}",
                                     f"{var}={value} in the environment of `ray start` on {n['label']}, "
                                     f"which has: {have}{more}",
-                                    f"on {n['label']}: export {var}=<the interface that carries the node's cluster "
-                                    f"address (ip route get <head ip>)> and restart `ray start` there",
+                                    f"on {n['label']}: export {var}={_cluster_iface(n)} then restart `ray start` there",
                                     {"value": value, "interfaces": sorted(ifaces)}, n["label"]))
     ref = view.reference
     if ref is None:
@@ -274,6 +273,14 @@ def interfaces_valid(view: ClusterView) -> list[Finding]:
                                 f"export the same {var} before `ray start` on every node",
                                 {"values": {ref["label"]: a, n["label"]: b}}, n["label"]))
     return out
+
+
+def _cluster_iface(n: dict) -> str:
+    """The interface carrying the node's Ray address: the one its peers already reach it on."""
+    for name, info in (n["facts"].get("interfaces") or {}).items():
+        if n.get("ip") in (info.get("ipv4") or []):
+            return f"{name} (the interface of its Ray address {n['ip']})"
+    return f"<the interface of its cluster address (ip route get {n.get('ip')})>"
 
 
 def _ifname_problem(var: str, value: str, ifaces: dict) -> str | None:
@@ -336,8 +343,9 @@ def links_work(view: ClusterView) -> list[Finding]:
         for transport, pick in (n.get("links") or {}).items():
             if pick.get("error"):
                 out.append(_finding("cluster.link", "fail", f"{transport} has no usable address on {n['label']}",
-                                    pick["error"], f"set {transport.upper()}_SOCKET_IFNAME to an interface that is up "
-                                    f"on {n['label']} and restart `ray start` there", {"transport": transport}, n["label"]))
+                                    pick["error"], f"on {n['label']}: export {transport.upper()}_SOCKET_IFNAME="
+                                    f"{_cluster_iface(n)} then restart `ray start` there", {"transport": transport},
+                                    n["label"]))
             elif pick.get("address", "").startswith("127.") and len(view.answered) > 1:
                 out.append(_finding("cluster.link", "fail", f"{transport} would bind loopback on {n['label']}",
                                     f"{pick.get('via')}: {pick['address']}; other nodes cannot reach it and the job "

@@ -166,7 +166,8 @@ def test_gloo_interface_only_node_a_has(two_hosts):
     _plant(two_hosts, "eth7")
     doc, elapsed = _doctor(two_hosts, "--deep", "--timeout", "20")
     env = _only_on_b(doc, "cluster.env")
-    assert any("no interface eth7" in f["title"] and "exists on host-a" in f["message"] for f in env)
+    (f,) = [f for f in env if "no interface eth7" in f["title"]]
+    assert "exists on host-a" in f["message"] and "export GLOO_SOCKET_IFNAME=eth6 " in f["fix"]
     gloo = [f for f in _failures(doc, "cluster.collective")]
     assert any(f["node"] == "host-b" and "eth7" in json.dumps(f) for f in gloo), gloo
     assert elapsed < 150  # the hung rank on host-a was cut off at the bound
