@@ -247,7 +247,7 @@ def interfaces_valid(view: ClusterView) -> list[Finding]:
                 out.append(_finding("cluster.env", "fail", f"{var} on {n['label']}: {problem}",
                                     f"{var}={value} in the environment of `ray start` on {n['label']}, "
                                     f"which has: {have}{more}",
-                                    f"on {n['label']}: export {var}={_cluster_iface(n)} then restart `ray start` there",
+                                    f"on {n['label']}: export {var}={_cluster_iface(n)}, then restart `ray start` there",
                                     {"value": value, "interfaces": sorted(ifaces)}, n["label"]))
     ref = view.reference
     if ref is None:
@@ -344,7 +344,7 @@ def links_work(view: ClusterView) -> list[Finding]:
             if pick.get("error"):
                 out.append(_finding("cluster.link", "fail", f"{transport} has no usable address on {n['label']}",
                                     pick["error"], f"on {n['label']}: export {transport.upper()}_SOCKET_IFNAME="
-                                    f"{_cluster_iface(n)} then restart `ray start` there", {"transport": transport},
+                                    f"{_cluster_iface(n)}, then restart `ray start` there", {"transport": transport},
                                     n["label"]))
             elif pick.get("address", "").startswith("127.") and len(view.answered) > 1:
                 out.append(_finding("cluster.link", "fail", f"{transport} would bind loopback on {n['label']}",
