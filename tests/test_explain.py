@@ -7,7 +7,6 @@ import json
 import random
 import re
 import time
-from pathlib import Path
 
 import pytest
 
