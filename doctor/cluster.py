@@ -33,7 +33,8 @@ SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
 def _launch_json(launch) -> dict | None:
     if launch is None:
         return None
-    return {"argv": launch.argv, "env": launch.env, "python": launch.python, "module": launch.module,
+    env = {k: v for k, v in launch.env.items() if not any(w in k.upper() for w in SECRET_WORDS)}
+    return {"argv": launch.argv, "env": env, "python": launch.python, "module": launch.module,
             "entry": launch.entry, "cwd": str(launch.cwd) if launch.cwd else None,
             "overrides": [{"key": o.key, "value": o.value, "op": o.op, "text": o.text} for o in launch.overrides]}
 
