@@ -51,6 +51,13 @@ def cache_dir() -> Path:
 MAX_HITS_PER_BLOCK = 100_000
 
 
+def _prune(d: Path, keep: int = 8) -> None:
+    """Keep the most recently written databases only (each catalog edit makes a new one)."""
+    old = sorted(d.glob("hs-*.db"), key=lambda p: p.stat().st_mtime, reverse=True)[keep:]
+    for path in old:
+        path.unlink(missing_ok=True)
+
+
 class HyperscanPrefilter:
     def __init__(self, patterns: list[str]):
         import hyperscan
@@ -83,6 +90,7 @@ class HyperscanPrefilter:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(hs.dumpb(db))
             os.replace(tmp, d / f"hs-{key}.db")
+            _prune(d)
         except OSError:
             pass
         return db
