@@ -186,3 +186,14 @@ def test_large_text_prefilter_gives_the_same_result():
     fast = r.text(text)
     assert fast == r._text(text)
     assert HF not in fast and WANDB not in fast and "p4ss" not in fast
+
+
+def test_paths_are_not_mistaken_for_keys():
+    from knowledge.redact import redact_text
+
+    path = "/data/Shared2024/projects/RunAlpha7/vllm"
+    assert redact_text(f"mv {path} /tmp/x") == f"mv {path} /tmp/x"
+    home = "~/Work2024/MyProjectAlpha/config/run12345.yaml"
+    assert redact_text(f"see {home}") == f"see {home}"
+    # a base64-style cloud secret with slashes is still a key
+    assert "K7MDENG" not in redact_text("secret wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY1 end")
