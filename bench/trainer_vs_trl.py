@@ -7,6 +7,7 @@ decay 0, grad clip 1, token-mean loss, clip 0.2, no KL, fp32, no activation chec
 (research/trl_cpu.md, "Recommended fair benchmark spec").
 
 Each run is its own process with the same thread count; runs alternate (ours, TRL, ours, TRL ...).
+With `--workers 2` ours runs two data-parallel workers (Ray, gloo all-reduce) with threads/2 each.
 Printed: our steps/s and completion tokens/s over TRL's (ratio of medians across repeats; step 1
 dropped), and the mean reward over steps 1-5 / 16-20 / last 5 for both.
 
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def ours_overrides(tiny: Path, run_dir: Path, steps: int, length: int, seed: int) -> list[str]:
+def ours_overrides(tiny: Path, run_dir: Path, steps: int, length: int, seed: int, workers: int = 1) -> list[str]:
     return [
         "algorithm.adv_estimator=grpo",
         f"data.train_files={tiny / 'data/train.parquet'}",
@@ -41,19 +42,19 @@ def ours_overrides(tiny: Path, run_dir: Path, steps: int, length: int, seed: int
         "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32",
         "actor_rollout_ref.actor.use_kl_loss=False", "actor_rollout_ref.actor.entropy_coeff=0",
         "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.rollout.temperature=1.0",
-        "trainer.nnodes=1", "trainer.n_gpus_per_node=1", "trainer.device=cpu",
+        "trainer.nnodes=1", f"trainer.n_gpus_per_node={workers}", "trainer.device=cpu",
         f"trainer.total_training_steps={steps}", "trainer.save_freq=-1", "trainer.plot=False",
         "trainer.logger=['console']", "trainer.resume_mode=disable", f"trainer.default_local_dir={run_dir}",
     ]
 
 
-def run_ours(tiny: Path, steps: int, length: int, seed: int, threads: int) -> dict:
+def run_ours(tiny: Path, steps: int, length: int, seed: int, threads: int, workers: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as tmp:
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        env = {**os.environ, "OMP_NUM_THREADS": str(max(1, threads // workers))}
         env.pop("RAY_ADDRESS", None)
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "trainer.main_grpo",
-                               *ours_overrides(tiny, Path(tmp), steps, length, seed)],
+                               *ours_overrides(tiny, Path(tmp), steps, length, seed, workers)],
                               cwd=ROOT, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         if proc.returncode:
@@ -153,6 +154,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--length", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=1, help="our data-parallel workers (TRL: one process)")
     ap.add_argument("--trl-side", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     from trainer.tiny import ensure_tiny
@@ -163,19 +165,19 @@ def main() -> None:
         return
     ours, trl = [], []
     for i in range(args.repeats):  # interleaved, so a noisy neighbour hits both sides alike
-        ours.append(run_ours(tiny, args.steps, args.length, args.seed, args.threads))
+        ours.append(run_ours(tiny, args.steps, args.length, args.seed, args.threads, args.workers))
         trl.append(run_trl(tiny, args.steps, args.length, args.seed, args.threads))
         a, b = summarize(ours[-1]), summarize(trl[-1])
         print(f"repeat {i + 1}: ours {a['steps_per_s']:.2f} steps/s, {a['completion_tok_per_s']:.0f} tok/s | "
               f"TRL {b['steps_per_s']:.2f} steps/s, {b['completion_tok_per_s']:.0f} tok/s", flush=True)
     med = {name: {k: statistics.median(summarize(r)[k] for r in runs) for k in summarize(runs[0])}
            for name, runs in (("ours", ours), ("trl", trl))}
-    print(f"\nGRPO on CPU, tiny Qwen2, 8 prompts x 4, L={args.length}, {args.steps} steps, "
-          f"{args.threads} threads, {args.repeats} interleaved repeats (medians; step 1 dropped)")
+    print(f"\nGRPO on CPU, tiny Qwen2, 8 prompts x 4, L={args.length}, {args.steps} steps, {args.threads} threads, "
+          f"ours {args.workers} worker(s), {args.repeats} interleaved repeats (medians; step 1 dropped)")
     print(f"  steps/s  ours/TRL = {med['ours']['steps_per_s'] / med['trl']['steps_per_s']:.2f}x")
     print(f"  tokens/s ours/TRL = {med['ours']['completion_tok_per_s'] / med['trl']['completion_tok_per_s']:.2f}x")
     print(f"  start-up (process start to first step) ours/TRL = {med['ours']['startup_s'] / med['trl']['startup_s']:.2f}x"
-          " (ours includes starting a local Ray cluster)")
+          " (one worker runs in the driver's process; two or more start Ray)")
     print(f"  mean reward, steps 1-5 / 16-20 / last 5 (repeat 1): ours {reward_windows(ours[0]['reward'])}"
           f"   TRL {reward_windows(trl[0]['reward'])}")
 

@@ -15,7 +15,7 @@ import time
 import traceback
 from pathlib import Path
 
-from trainer.config import A, KEYS, R, ConfigError, help_text, parse_overrides, validate
+from trainer.config import A, ConfigError, help_text, parse_bytes, parse_overrides, validate
 
 
 def _files(value) -> list[Path]:
@@ -154,8 +154,6 @@ class Trainer:
 
     # -- workers -------------------------------------------------------------------------------------
     def start_workers(self, cluster) -> None:
-        import ray
-
         from trainer.worker import Worker
 
         cfg = self.cfg
@@ -164,7 +162,6 @@ class Trainer:
         self.cfg = cfg = {**cfg, "trainer.device": device, "_given": sorted(set(cfg["_given"]) | {"trainer.device"})}
         self.placements = cluster.placements(device)
         world = len(self.placements)
-        remote = ray.remote(Worker)
         total_cpus = os.cpu_count() or 1
         self.workers = []
         for rank, place in enumerate(self.placements):
@@ -173,23 +170,22 @@ class Trainer:
                 threads = max(1, total_cpus // world)  # local nodes share this machine's cores
             if os.environ.get("OMP_NUM_THREADS", "").isdigit():
                 threads = int(os.environ["OMP_NUM_THREADS"])  # the user's choice wins
-            self.workers.append(remote.options(name=None, max_concurrency=2, **place.options)
-                                .remote(cfg, self.plan, rank, world, threads))
-        addr, port = ray.get(self.workers[0].address.remote()) if world > 1 else (None, None)
-        self.worker_info = ray.get([w.setup.remote(addr, port) for w in self.workers])
-        self.worker_nodes = ray.get([w.node_id.remote() for w in self.workers])
+            self.workers.append(cluster.spawn(Worker, place.options, cfg, self.plan, rank, world, threads))
+        self.cluster = cluster
+        gather = cluster.gather
+        addr, port = gather(self.workers[0].address.remote()) if world > 1 else (None, None)
+        self.worker_info = gather([w.setup.remote(addr, port) for w in self.workers])
+        self.worker_nodes = gather([w.node_id.remote() for w in self.workers])
         self._write_placement()
 
     def _write_placement(self) -> None:
         """Where Ray put each worker (node ids from the workers' own runtime context)."""
         import json
 
-        import ray
-
         from trainer.checkpoint import write_text_atomic
 
         self.root.mkdir(parents=True, exist_ok=True)
-        alive = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+        alive = self.cluster.alive_nodes()
         workers = [{**info, "node_id": node, "node_ip": place.node_ip}
                    for info, node, place in zip(self.worker_info, self.worker_nodes, self.placements)]
         write_text_atomic(self.root / "placement.json", json.dumps({"alive_nodes": alive, "workers": workers}, indent=1))
@@ -201,8 +197,6 @@ class Trainer:
 
     # -- state ---------------------------------------------------------------------------------------
     def resume(self) -> int:
-        import ray
-
         from trainer import checkpoint
 
         cfg = self.cfg
@@ -219,18 +213,16 @@ class Trainer:
             path = self.root / f"global_step_{step}"
         state = checkpoint.load(path)
         rngs = state["rngs"]
-        ray.get([w.set_state.remote(state["model"], state["optimizer"], rngs[r % len(rngs)])
+        self.cluster.gather([w.set_state.remote(state["model"], state["optimizer"], rngs[r % len(rngs)])
                  for r, w in enumerate(self.workers)])
         step = int(state["data"]["global_step"])
         print(f"[trainer] resumed from {path} (step {step})", flush=True)
         return step
 
     def save(self, step: int) -> None:
-        import ray
-
         from trainer import checkpoint
 
-        states = ray.get([w.get_state.remote() for w in self.workers])
+        states = self.cluster.gather([w.get_state.remote() for w in self.workers])
         epoch, _ = self.schedule.rows(step)
         data_state = {"global_step": step, "epoch": epoch, "steps_per_epoch": self.schedule.steps_per_epoch,
                       "seed": self.schedule.seed, "shuffle": self.schedule.shuffle}
@@ -240,16 +232,12 @@ class Trainer:
 
     # -- loop ------------------------------------------------------------------------------------------
     def run_validation(self) -> dict:
-        import ray
-
         from trainer.metrics import combine
 
         shards = self.shard(self.val_items)
-        return combine(ray.get([w.validate.remote(s) for w, s in zip(self.workers, shards)]))
+        return combine(self.cluster.gather([w.validate.remote(s) for w, s in zip(self.workers, shards)]))
 
     def fit(self, start: int) -> int:
-        import ray
-
         from trainer.metrics import MetricsLog, Progress, combine, console_line
 
         cfg = self.cfg
@@ -269,7 +257,7 @@ class Trainer:
                 epoch, rows = self.schedule.rows(step)
                 batch = [self.items[i] for i in rows]
                 lr = lr_at(cfg, step, self.total_steps)
-                parts = ray.get([w.train_step.remote(step, shard, lr)
+                parts = self.cluster.gather([w.train_step.remote(step, shard, lr)
                                  for w, shard in zip(self.workers, self.shard(batch))])
                 metrics = combine(parts)
                 if self.val_items and test_freq > 0 and (step % test_freq == 0 or step == self.total_steps):
@@ -298,8 +286,6 @@ class Trainer:
         return self.total_steps
 
     def finish(self) -> None:
-        import ray
-
         from trainer.metrics import MetricsLog, plot_curves
 
         rows = MetricsLog.read(self.root / "metrics.jsonl")
@@ -313,11 +299,11 @@ class Trainer:
             print(f"[trainer] done: {len(rows)} steps, mean reward {sum(first) / len(first):.3f} (first 5) -> "
                   f"{sum(last) / len(last):.3f} (last 5); metrics: {self.root / 'metrics.jsonl'}", flush=True)
         try:
-            ray.get([w.shutdown.remote() for w in self.workers], timeout=30)
-        except Exception:
+            self.cluster.gather([w.shutdown.remote() for w in self.workers], timeout=30)
+        except Exception:  # a worker that cannot say goodbye is killed all the same
             pass
         for w in self.workers:
-            ray.kill(w)
+            self.cluster.kill(w)
 
 
 def _mlflow(cfg: dict):
@@ -332,13 +318,11 @@ def _mlflow(cfg: dict):
 
 
 def _remote_failure(exc: BaseException) -> tuple[str, str]:
-    """The marker line and the remote traceback of a failed worker call."""
-    import ray
-
+    """The marker line and the (remote) traceback of a failed worker call."""
     from trainer.worker import PhaseError
 
-    cause = getattr(exc, "cause", None)
-    if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(cause, PhaseError):
+    cause = getattr(exc, "cause", None)  # a RayTaskError carries the worker's exception
+    if isinstance(cause, PhaseError):
         return str(cause), str(exc)
     if isinstance(exc, PhaseError):
         return str(exc), traceback.format_exc()
@@ -352,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(help_text())
         return 0
-    from trainer.ray_cluster import RayCluster
+    from trainer.ray_cluster import workers_home
     from trainer.reward import RewardError
 
     try:
@@ -372,9 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trainer: {exc}", file=sys.stderr)
         return 2
 
-    import ray
-
-    with RayCluster(cfg["trainer.nnodes"], cfg["trainer.n_gpus_per_node"], cfg["ray_kwargs.ray_init.num_cpus"]) as cluster:
+    with workers_home(cfg["trainer.nnodes"], cfg["trainer.n_gpus_per_node"], cfg["ray_kwargs.ray_init.num_cpus"],
+                      parse_bytes(cfg["trainer.worker_memory_limit"])) as cluster:
         try:
             trainer.start_workers(cluster)
             start = trainer.resume()
@@ -382,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"device {trainer.cfg['trainer.device']}, steps {start + 1}..{trainer.total_steps}", flush=True)
             trainer.fit(start)
             trainer.finish()
-        except (ray.exceptions.RayError, RuntimeError) as exc:
+        except Exception as exc:  # a worker, a node or the cluster failed: the marker line, exit 1
             marker, detail = _remote_failure(exc)
             return fail(marker, detail)
     return 0

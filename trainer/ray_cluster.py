@@ -1,4 +1,5 @@
-"""The Ray cluster the trainer runs on: the one given (RAY_ADDRESS), or a local one it starts.
+"""Where the workers run: a Ray cluster (the one given by RAY_ADDRESS, or a local one started
+here), or, for a one-worker run with no cluster given, the driver's own process (no Ray needed).
 
 A local cluster for `trainer.nnodes=2` is two real Ray nodes on this machine (a head and one more
 node, each with its own raylet and resources), so worker placement and the cross-node all-reduce
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 from dataclasses import dataclass
 
@@ -71,6 +73,26 @@ class RayCluster:
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
+    def spawn(self, cls, options: dict, *args):
+        import ray
+
+        return ray.remote(cls).options(**options).remote(*args)
+
+    def gather(self, refs, timeout: float | None = None):
+        import ray
+
+        return ray.get(refs, timeout=timeout)
+
+    def kill(self, handle) -> None:
+        import ray
+
+        ray.kill(handle)
+
+    def alive_nodes(self) -> list[str]:
+        import ray
+
+        return sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+
     def device_kind(self, requested: str, explicit: bool) -> str:
         """cuda/npu when the cluster has them (or when asked for explicitly), else cpu."""
         import ray
@@ -111,3 +133,61 @@ class RayCluster:
             for _ in range(self.per_node):
                 out.append(Placement(node["NodeID"], node["NodeManagerAddress"], options))
         return out
+
+
+class _Call:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *args, **kwargs):  # runs now; the "reference" is the result itself
+        return self.fn(*args, **kwargs)
+
+
+class _InProcessHandle:
+    """A worker object that answers `handle.method.remote(...)` like a Ray actor handle."""
+
+    def __init__(self, worker):
+        self.worker = worker
+
+    def __getattr__(self, name):
+        return _Call(getattr(self.worker, name))
+
+
+class InProcess:
+    """The single worker of a one-device run, in the driver's process: no Ray start, no RPC."""
+
+    local = True
+
+    def __enter__(self) -> "InProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def spawn(self, cls, options: dict, *args):
+        return _InProcessHandle(cls(*args))
+
+    def gather(self, refs, timeout: float | None = None):
+        return refs
+
+    def kill(self, handle) -> None:
+        pass
+
+    def alive_nodes(self) -> list[str]:
+        return [socket.gethostname()]
+
+    def device_kind(self, requested: str, explicit: bool) -> str:
+        from trainer.worker import pick_device
+
+        return pick_device(requested, explicit)
+
+    def placements(self, device: str) -> list[Placement]:
+        return [Placement(socket.gethostname(), "127.0.0.1", {"num_cpus": os.cpu_count() or 1})]
+
+
+def workers_home(nnodes: int, per_node: int, num_cpus: int | None, memory_limit: int | None = None):
+    """In-process for one worker when no cluster is given; otherwise Ray. A memory limit needs a
+    process of its own (in the driver it would also cap the tokenizer, which aborts on failure)."""
+    if nnodes * per_node == 1 and not os.environ.get("RAY_ADDRESS") and not memory_limit:
+        return InProcess()
+    return RayCluster(nnodes, per_node, num_cpus)

@@ -127,8 +127,12 @@ class Worker:
             return ip, s.getsockname()[1]
 
     def node_id(self) -> str:
-        import ray
+        """The Ray node this worker runs on (Ray's own record), or the host name outside Ray."""
+        ray = sys.modules.get("ray")
+        if ray is None or not ray.is_initialized():
+            import socket
 
+            return socket.gethostname()
         return ray.get_runtime_context().get_node_id()
 
     def setup(self, master_addr: str | None = None, master_port: int | None = None) -> dict:
