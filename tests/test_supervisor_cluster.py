@@ -117,7 +117,7 @@ def cluster(tmp_path):
 @pytest.mark.slow
 def test_lost_worker_node_is_waited_for_and_the_run_resumes(tmp_path, cluster):
     run_dir = tmp_path / "run"
-    steps = 4
+    steps = 10  # enough that the node dies mid-run, not after the last step
     cmd = [sys.executable, "-m", "doctor", "train", "--auto-tune", "--no-preflight", "--json",
            "--node-wait", "240", "--run-dir", str(run_dir),
            *task(steps=steps, **{"trainer.nnodes": 2, "trainer.save_freq": 1})]
