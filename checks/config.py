@@ -461,10 +461,12 @@ def check_keys(ctx):
     assumed = "" if sess.verl_version else " (verl not found here: assuming the snapshot's version)"
     for c in changed_keys(ctx.launch.as_dict(), version):
         verb = "ignores" if c["status"] == "ignored" else "no longer has"
-        fix = f"write {c['replacement']}={_fmt(c['value'])}" if "=" not in c["replacement"] \
-            else f"use {c['replacement']}"
         if not c["replacement"]:
             fix = f"remove {c['key']}"
+        elif "=" in c["replacement"]:
+            fix = f"use {c['replacement']}"
+        else:
+            fix = f"write {c['replacement']}={c['value']}"
         out.append(Finding("config.ignored_key" if c["status"] == "ignored" else "config.removed_key", "config",
                            "warn" if c["status"] == "ignored" else "fail",
                            f"verl {version} {verb} {c['key']}",
@@ -474,10 +476,6 @@ def check_keys(ctx):
                            f"verl {version} silently replaces it with {r['becomes']}. Source: {r['source']}",
                            f"set {r['key']} to the device you have (npu or cuda); verl has no CPU training path"))
     return out
-
-
-def _fmt(v: Any) -> str:
-    return str(v)
 
 
 @check("config.validate", "config", "verl's start-up validation")
