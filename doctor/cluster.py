@@ -22,18 +22,18 @@ from checks.cluster import COMPARISONS, ClusterView
 from checks.model import Finding
 from checks.registry import Check, CheckResult, all_checks, run_checks, select
 from doctor.cli import DoctorError
+from knowledge.redact import is_secret_name
 
 ROOT = Path(__file__).resolve().parents[1]
 CONNECT_S = 45.0  # ray.init against a live head takes ~1 s; an unreachable one is retried for a while
 PROBE_ENTRY = "from checks.cluster_probe import main; main()"
 PER_NODE = ("imports", "versions", "network", "workdir")  # categories whose verdict depends on the machine
-SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
 
 
 def _launch_json(launch) -> dict | None:
     if launch is None:
         return None
-    env = {k: v for k, v in launch.env.items() if not any(w in k.upper() for w in SECRET_WORDS)}
+    env = {k: v for k, v in launch.env.items() if not is_secret_name(k)}
     return {"argv": launch.argv, "env": env, "python": launch.python, "module": launch.module,
             "entry": launch.entry, "cwd": str(launch.cwd) if launch.cwd else None,
             "overrides": [{"key": o.key, "value": o.value, "op": o.op, "text": o.text} for o in launch.overrides]}
@@ -122,7 +122,7 @@ def _wanted(ids: set[str], only: set[str] | None, skip: set[str] | None) -> bool
 
 
 def _node_env(node: dict) -> dict[str, str]:
-    return {k: v for k, v in (node.get("env") or {}).items() if not any(w in k.upper() for w in SECRET_WORDS)}
+    return {k: v for k, v in (node.get("env") or {}).items() if not is_secret_name(k)}
 
 
 def _merge_nodes(per_node: dict[str, list[CheckResult]], n_nodes: int) -> list[CheckResult]:
@@ -154,6 +154,7 @@ def run_cluster_checks(ctx, address: str | None, only: set[str] | None, skip: se
     probe_s = time.perf_counter() - t0
     nnodes, gpus = expected_shape(ctx)
     view = ClusterView(report, nnodes=nnodes, gpus_per_node=gpus, path_keys=paths)
+    ctx.options["cluster_nodes"] = {n["label"]: n["facts"] for n in view.answered}  # for doctor report
     results: list[CheckResult] = []
     for id, title, fn in COMPARISONS:
         if not _wanted({id, "cluster"}, only, skip):
