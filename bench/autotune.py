@@ -84,8 +84,8 @@ def step_rate(metrics: Path, from_step: int = 0) -> float | None:
     return 1.0 / statistics.median(times) if times else None
 
 
-def run_setting(args, work: Path, micro: int, ckpt: bool) -> float | None:
-    out = work / f"grid-m{micro}-{'ckpt' if ckpt else 'nockpt'}"
+def run_setting(args, work: Path, micro: int, ckpt: bool, round_: int = 0) -> float | None:
+    out = work / f"grid-m{micro}-{'ckpt' if ckpt else 'nockpt'}-r{round_}"
     cmd = [sys.executable, "-m", "trainer.main_grpo",
            *task(args, **{MICRO: micro, CKPT: ckpt, "trainer.default_local_dir": str(out)})]
     r = subprocess.run(cmd, cwd=work, env=env(work / "home"), capture_output=True, text=True)
@@ -121,6 +121,7 @@ def main() -> None:
     p.add_argument("--limit", default="800MiB", help="trainer.worker_memory_limit")
     p.add_argument("--start-micro", type=int, default=16)
     p.add_argument("--micros", default="16,8,4,2,1", help="update micro batch sizes of the grid")
+    p.add_argument("--rounds", type=int, default=2, help="grid repetitions (best rate per setting)")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="vd-autotune-"))
     (work / "home").mkdir()
@@ -129,14 +130,21 @@ def main() -> None:
     doc = run_autotune(args, work)
     final = doc["final_overrides"]
     final_setting = (int(final[MICRO]), str(final.get(CKPT, False)).lower() == "true")
+    print(f"auto-tune done: final micro={final_setting[0]} checkpointing={final_setting[1]}", flush=True)
 
+    # Rounds in alternating order, best rate per setting: a load spike on this shared machine
+    # slows one run, not a setting.
     grid: dict[tuple[int, bool], float | None] = {}
     micros = [int(m) for m in args.micros.split(",") if int(m) <= args.start_micro]
-    for micro, ckpt in itertools.product(micros, (False, True)):
-        grid[(micro, ckpt)] = run_setting(args, work, micro, ckpt)
-        rate = grid[(micro, ckpt)]
-        print(f"  grid micro={micro:<2} checkpointing={str(ckpt):<5} "
-              f"{'out of memory' if rate is None else f'{rate:.3f} steps/s'}", flush=True)
+    settings = list(itertools.product(micros, (False, True)))
+    for r in range(args.rounds):
+        for micro, ckpt in (settings if r % 2 == 0 else settings[::-1]):
+            if r and grid.get((micro, ckpt)) is None:
+                continue  # out of memory once is out of memory
+            rate = run_setting(args, work, micro, ckpt, r)
+            grid[(micro, ckpt)] = max(filter(None, (rate, grid.get((micro, ckpt)))), default=None)
+            print(f"  round {r + 1} micro={micro:<2} checkpointing={str(ckpt):<5} "
+                  f"{'out of memory' if rate is None else f'{rate:.3f} steps/s'}", flush=True)
 
     runs = {k: v for k, v in grid.items() if v}
     best = max(runs, key=runs.get) if runs else None
