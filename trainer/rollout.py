@@ -73,13 +73,17 @@ def generate_sequences(model, prompts: list[list[int]], *, max_new_tokens: int, 
     bs = ids.shape[0]
     eos = torch.tensor(sorted(eos_ids), device=device)
     cache = DynamicCache()
-    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), past_key_values=cache,
+    positions = position_ids(mask)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                 use_cache=True, logits_to_keep=1)
-    attn = mask
-    next_pos = position_ids(mask)[:, -1:] + 1
+    # the mask for every step, filled up front: step t attends to the prompt and t + 1 new tokens
+    attn = torch.cat([mask, torch.ones((bs, max_new_tokens), dtype=mask.dtype, device=device)], dim=1)
+    prompt_width = ids.shape[1]
+    next_pos = positions[:, -1:] + 1
     tokens = torch.full((bs, max_new_tokens), pad_id, dtype=torch.long, device=device)
     resp_mask = torch.zeros((bs, max_new_tokens), dtype=torch.long, device=device)
     alive = torch.ones(bs, dtype=torch.bool, device=device)
+    pad = torch.full((bs,), pad_id, dtype=torch.long, device=device)
     for t in range(max_new_tokens):
         logits = out.logits[:, -1, :].float()
         if do_sample and temperature > 0:
@@ -87,15 +91,14 @@ def generate_sequences(model, prompts: list[list[int]], *, max_new_tokens: int, 
             token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
         else:
             token = logits.argmax(-1)
-        token = torch.where(alive, token, torch.full_like(token, pad_id))
+        token = torch.where(alive, token, pad)
         tokens[:, t] = token
-        resp_mask[:, t] = alive.long()
-        alive = alive & ~torch.isin(token, eos)
-        if not alive.any() or t == max_new_tokens - 1:
+        resp_mask[:, t] = alive
+        alive &= ~torch.isin(token, eos)
+        if t == max_new_tokens - 1 or not alive.any():
             break
-        attn = torch.cat([attn, torch.ones((bs, 1), dtype=attn.dtype, device=device)], dim=1)
-        out = model(input_ids=token[:, None], attention_mask=attn, position_ids=next_pos, past_key_values=cache,
-                    use_cache=True)
+        out = model(input_ids=token[:, None], attention_mask=attn[:, :prompt_width + t + 1], position_ids=next_pos,
+                    past_key_values=cache, use_cache=True)
         next_pos = next_pos + 1
     width = int(resp_mask.sum(-1).max().item()) if bs else 0
     width = max(width, 1)

@@ -20,11 +20,13 @@ from dataclasses import dataclass
 import torch
 
 from trainer import algos
+from trainer.attention import use_sdpa_gqa
 from trainer.config import A, R, BatchPlan, parse_bytes
 from trainer.reward import from_config as reward_from_config
 from trainer.rollout import Rollout, generate_sequences, position_ids
 
 BACKENDS = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
+FUSED_ADAMW_DEVICES = {"cpu", "cuda"}  # one kernel for all parameters instead of a Python loop over them
 
 
 class PhaseError(RuntimeError):
@@ -162,6 +164,7 @@ class Worker:
         torch.manual_seed(self.seed)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=remote)
         self.model.to(self.device)
+        use_sdpa_gqa(self.model)
         if cfg["actor_rollout_ref.model.enable_gradient_checkpointing"]:
             self.model.gradient_checkpointing_enable()
         self.ref_model = None
@@ -169,7 +172,8 @@ class Worker:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         betas = tuple(cfg[A + "optim.betas"])
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg[A + "optim.lr"], betas=betas,
-                                           weight_decay=cfg[A + "optim.weight_decay"])
+                                           weight_decay=cfg[A + "optim.weight_decay"],
+                                           fused=self.device.type in FUSED_ADAMW_DEVICES)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         eos = self.model.generation_config.eos_token_id or self.tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
