@@ -76,8 +76,11 @@ def generate_sequences(model, prompts: list[list[int]], *, max_new_tokens: int, 
     positions = position_ids(mask)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                 use_cache=True, logits_to_keep=1)
-    # the mask for every step, filled up front: step t attends to the prompt and t + 1 new tokens
+    # Each decode step's mask, filled up front: step t attends to the prompt and t + 1 new tokens. It is
+    # given as SDPA's (bs, 1, 1, keys) boolean mask, which the model uses as is (one query attends to all
+    # earlier keys, so there is no causal part to add), instead of rebuilding it from 2-D every token.
     attn = torch.cat([mask, torch.ones((bs, max_new_tokens), dtype=mask.dtype, device=device)], dim=1)
+    attn = attn.bool()[:, None, None, :]
     prompt_width = ids.shape[1]
     next_pos = positions[:, -1:] + 1
     tokens = torch.full((bs, max_new_tokens), pad_id, dtype=torch.long, device=device)
@@ -97,7 +100,7 @@ def generate_sequences(model, prompts: list[list[int]], *, max_new_tokens: int, 
         alive &= ~torch.isin(token, eos)
         if t == max_new_tokens - 1 or not alive.any():
             break
-        out = model(input_ids=token[:, None], attention_mask=attn[:, :prompt_width + t + 1], position_ids=next_pos,
+        out = model(input_ids=token[:, None], attention_mask=attn[..., :prompt_width + t + 1], position_ids=next_pos,
                     past_key_values=cache, use_cache=True)
         next_pos = next_pos + 1
     width = int(resp_mask.sum(-1).max().item()) if bs else 0
