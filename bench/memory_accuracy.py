@@ -1,6 +1,6 @@
 """Memory estimate vs a measured peak, side by side in one run.
 
-    .venv/bin/python bench/memory_accuracy.py
+    .venv/bin/python bench/memory_accuracy.py      # ~10 min of CPU on a 2-core box (bf16 autocast on CPU)
 
 What is measured: the training `update` phase of one rank (no FSDP sharding, no rollout engine, which
 this CPU box cannot run): a randomly initialised Qwen2 model (fp32 master weights, bf16 autocast as in
@@ -20,13 +20,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-MODEL = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "vocab_size": 32000, "hidden_size": 768,
-         "num_hidden_layers": 8, "num_attention_heads": 12, "num_key_value_heads": 4, "intermediate_size": 2048,
+MODEL = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "vocab_size": 16000, "hidden_size": 512,
+         "num_hidden_layers": 6, "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 1408,
          "tie_word_embeddings": False, "max_position_embeddings": 4096}
 CASES = [  # (micro batch, prompt, response, gradient checkpointing)
-    (2, 256, 768, True),
-    (2, 256, 768, False),
-    (4, 512, 1536, True),
+    (2, 128, 384, True),
+    (2, 128, 384, False),
+    (4, 256, 768, True),
 ]
 
 MEASURE = r"""
