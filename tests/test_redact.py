@@ -197,3 +197,11 @@ def test_paths_are_not_mistaken_for_keys():
     assert redact_text(f"see {home}") == f"see {home}"
     # a base64-style cloud secret with slashes is still a key
     assert "K7MDENG" not in redact_text("secret wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY1 end")
+
+
+def test_a_bare_key_field_is_a_config_key_name_not_a_secret():
+    from knowledge.redact import is_secret_name, redact_mapping
+
+    assert not is_secret_name("key")
+    assert is_secret_name("api_key") and is_secret_name("wandb.key")
+    assert redact_mapping({"key": "data.train_files"}) == {"key": "data.train_files"}
