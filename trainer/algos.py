@@ -132,3 +132,13 @@ def log_probs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.T
     """log p(label) per position, without materialising a full log-softmax copy."""
     picked = torch.gather(logits, -1, labels.unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(logits, dim=-1)
+
+
+def log_probs_and_entropy(logits: torch.Tensor, labels: torch.Tensor, entropy_grad: bool = True):
+    """`log_probs_from_logits` and `entropy_from_logits` (the same numbers) from one logsumexp;
+    the entropy carries no graph unless entropy_grad (it is only logged when its coefficient is 0)."""
+    lse = torch.logsumexp(logits, dim=-1)
+    log_prob = torch.gather(logits, -1, labels.unsqueeze(-1)).squeeze(-1) - lse
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
+    return log_prob, entropy

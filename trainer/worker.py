@@ -260,7 +260,8 @@ class Worker:
                     position_ids=position_ids(mask), use_cache=False, logits_to_keep=width + 1)
         logits = out.logits[:, :-1, :].float()
         temperature = self.cfg[R + "temperature"]
-        return logits / temperature if temperature and temperature > 0 else logits
+        scale = temperature and temperature > 0 and temperature != 1.0  # x / 1.0 is x: skip the copy
+        return logits / temperature if scale else logits
 
     @torch.no_grad()
     def _log_probs(self, model, rollout: Rollout, micro: int) -> torch.Tensor:
@@ -326,7 +327,9 @@ class Worker:
         mask = chunk.response_mask.to(self.device).float()
         adv = adv.to(self.device)
         logits = self._response_logits(self.model, chunk)
-        log_prob = algos.log_probs_from_logits(logits, chunk.responses.to(self.device))
+        entropy_coeff = cfg[A + "entropy_coeff"]
+        log_prob, entropy = algos.log_probs_and_entropy(logits, chunk.responses.to(self.device),
+                                                        entropy_grad=bool(entropy_coeff))
         old = log_prob.detach() if old is None else old.to(self.device)  # on-policy: ratio is exactly 1
         mode = cfg[A + "loss_agg_mode"]
         pg_loss, pg_metrics = algos.policy_loss(
@@ -335,12 +338,8 @@ class Worker:
             clip_ratio_c=cfg[A + "clip_ratio_c"], **batch_info)
         loss = pg_loss
         tokens = float(mask.sum())
-        if cfg[A + "entropy_coeff"]:
-            entropy = algos.entropy_from_logits(logits)
-            loss = loss - cfg[A + "entropy_coeff"] * algos.agg_loss(entropy, mask, mode, **batch_info)
-        else:
-            with torch.no_grad():
-                entropy = algos.entropy_from_logits(logits)
+        if entropy_coeff:
+            loss = loss - entropy_coeff * algos.agg_loss(entropy, mask, mode, **batch_info)
         add("actor/entropy", algos.masked_mean(entropy.detach(), mask), tokens)
         if ref is not None:
             kld = algos.kl_penalty(log_prob, ref.to(self.device), cfg[A + "kl_loss_type"])
