@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from trainer.atomic import fsync_dir, write_text_atomic  # noqa: F401  (re-exported)
+
 MARKER = "latest_checkpointed_iteration.txt"
 TMP_PREFIX = ".tmp-global_step_"
 # Test hook, "STEP:SECONDS": hold that step's finished temp folder before the rename, so a test
@@ -24,29 +26,11 @@ TMP_PREFIX = ".tmp-global_step_"
 HOLD_ENV = "TRAINER_CHECKPOINT_HOLD"
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _save(obj, path: Path) -> None:
     with open(path, "wb") as fh:
         torch.save(obj, fh)
         fh.flush()
         os.fsync(fh.fileno())
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 def save(root: Path, step: int, model: dict, optimizer: dict, rngs: list[dict], data_state: dict,
@@ -61,15 +45,15 @@ def save(root: Path, step: int, model: dict, optimizer: dict, rngs: list[dict], 
     for rank, rng in enumerate(rngs):
         _save(rng, tmp / "actor" / f"rng_rank_{rank}.pt")
     _save(data_state, tmp / "data.pt")
-    _fsync_dir(tmp / "actor")
-    _fsync_dir(tmp)
+    fsync_dir(tmp / "actor")
+    fsync_dir(tmp)
     hold_step, _, hold_s = os.environ.get(HOLD_ENV, "").partition(":")
     if hold_step == str(step):
         time.sleep(float(hold_s or 0))
     if final.exists():  # left by a run that died after the rename but before its marker
         shutil.rmtree(final)
     os.rename(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     write_text_atomic(root / MARKER, f"{step}\n")
     if keep:
         prune(root, keep)

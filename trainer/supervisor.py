@@ -28,6 +28,7 @@ from typing import Any, Callable, TextIO
 
 from checks.launch import Launch, parse_launch
 from trainer import downshift
+from trainer.atomic import write_text_atomic
 
 SCHEMA = "doctor.train/v1"
 STEP_LINE = re.compile(r"(?:^|\s)step:(\d+)\b")
@@ -285,14 +286,6 @@ def _redact_text(text: str) -> str:
     return redact_text(text)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
 
 def read_checkpoint_step(ckpt_dir: Path) -> int:
     try:
@@ -349,9 +342,9 @@ class Supervisor:
         state = {"schema": SCHEMA, "status": self.status, "engine": self.engine.spec(),
                  "overrides": self.overrides, "notes": self.notes,
                  "max_retries": self.opt.max_retries, "auto_tune": self.opt.auto_tune}
-        write_atomic(self.run_dir / "run.json", json.dumps(_redact(state), indent=2) + "\n")
+        write_text_atomic(self.run_dir / "run.json", json.dumps(_redact(state), indent=2) + "\n")
         lines = "".join(json.dumps(_redact(a.to_dict())) + "\n" for a in self.attempts)
-        write_atomic(self.run_dir / "attempts.jsonl", lines)
+        write_text_atomic(self.run_dir / "attempts.jsonl", lines)
 
     @classmethod
     def resume(cls, run_dir: Path, options: Options | None = None) -> "Supervisor":
