@@ -121,12 +121,15 @@ def test_lost_worker_node_is_waited_for_and_the_run_resumes(tmp_path, cluster):
     cmd = [sys.executable, "-m", "doctor", "train", "--auto-tune", "--no-preflight", "--json",
            "--node-wait", "240", "--run-dir", str(run_dir),
            *task(steps=steps, **{"trainer.nnodes": 2, "trainer.save_freq": 1})]
-    env = dict(os.environ, **_env(tmp_path), RAY_ADDRESS=cluster.address)
+    # Hold step 2's checkpoint before its rename, so the node is killed mid-run however fast the
+    # machine is (an idle machine finishes 10 tiny steps before a kill would land).
+    env = dict(os.environ, **_env(tmp_path), RAY_ADDRESS=cluster.address, TRAINER_CHECKPOINT_HOLD="2:20")
     err_path = tmp_path / "doctor.stderr"
     with open(err_path, "w") as err:
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
         try:
-            _wait_for(lambda: _log_has(run_dir / "attempt-1.log", r"^step:2 "), 400, proc)
+            ckpts = run_dir / "checkpoints"
+            _wait_for(lambda: any(ckpts.glob(".tmp-global_step_2-*")), 400, proc)
             cluster.kill_worker_raylet()
             # the supervisor diagnoses the loss and waits: the node is not back yet
             _wait_for(lambda: _first_decision(run_dir) is not None, 240, proc)
