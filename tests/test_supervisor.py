@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_doctor
-from trainer.supervisor import parse_overrides
+from trainer.overrides import parse_overrides
 
 pytest.importorskip("trainer.main_grpo")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from trainer import downshift
-from trainer.supervisor import override_delta, parse_overrides, set_override
+from trainer.overrides import override_delta, parse_overrides, set_override
 
 A = "actor_rollout_ref."
 SEED = {  # the seed article's memory knobs plus verl 0.9.1 defaults for the rest

@@ -1,290 +1,47 @@
 """Run a training job until it finishes: watch, diagnose, decide, relaunch with resume.
 
-One attempt = one child process (the reference trainer or verl's main_ppo). Its output streams to
-the console and to `RUN_DIR/attempt-N.log`. On a non-zero exit the log is explained with the
-failure catalog (`knowledge.explain`), and the category decides (`knowledge/downshift.toml`):
-memory -> the phase's downshift ladder; network/cluster -> wait for the Ray nodes, retry unchanged;
-config/data/imports/versions/workdir -> stop; anything else -> one unchanged retry.
+One attempt = one child process (the reference trainer or verl's main_ppo, see trainer/engine.py).
+Its output streams to the console and to `RUN_DIR/attempt-N.log`. On a
+non-zero exit the log is explained with the failure catalog (trainer/diagnosis.py), and the
+category decides (`knowledge/downshift.toml`): memory -> the phase's downshift ladder;
+network/cluster -> wait for the Ray nodes, retry unchanged; config/data/imports/versions/workdir ->
+stop; anything else -> one unchanged retry.
 
 Work is never lost: a checkpoint frequency is forced when none is set, every attempt runs with
-`trainer.resume_mode=auto`, and the step it resumed from is recorded. `RUN_DIR/run.json` (the state)
-and `RUN_DIR/attempts.jsonl` (the ledger) are rewritten atomically after every change, so
-`doctor train --resume RUN_DIR` continues a supervisor that was itself stopped.
+`trainer.resume_mode=auto`, and the step it resumed from is recorded. The ledger
+(trainer/ledger.py) is rewritten after every change, so `doctor train --resume RUN_DIR` continues a
+supervisor that was itself stopped.
 """
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from checks.launch import Launch, parse_launch
+from knowledge.redact import redact_mapping, redact_text
 from trainer import downshift
-from trainer.atomic import write_text_atomic
+from trainer.child_process import signal_if_running, signal_pid, signal_session, start_child
+from trainer.diagnosis import Diagnosis, diagnose
+from trainer.engine import Engine, engine_from_spec
+from trainer.ledger import Attempt, now, read_ledger, write_ledger
+from trainer.overrides import hydra_value, override_delta, parse_overrides, set_override
+from trainer.preflight import failed_checks, failure_report
+from trainer.ray_nodes import answering_nodes
 
 SCHEMA = "doctor.train/v1"
 STEP_LINE = re.compile(r"(?:^|\s)step:(\d+)\b")
-PHASE_MARKER = re.compile(r"\[trainer\] phase=(\w+) failed")
 CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
 
 
 class SupervisorError(Exception):
     """The supervisor cannot do its job (bad run dir, unreadable state): one line, exit 2."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Overrides: the user's list, edited in place so the last word on a key is ours.
-
-def hydra_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(hydra_value(v) for v in value) + "]"
-    text = str(value)
-    return text if re.fullmatch(r"[\w./:@+\-]+", text) else "'" + text.replace("'", "\\'") + "'"
-
-
-def parse_overrides(texts: list[str]) -> Launch:
-    """The overrides read with Hydra's own grammar (through the launch reader)."""
-    return parse_launch(["python", "-m", "_", *texts])
-
-
-def set_override(texts: list[str], key: str, value: Any) -> list[str]:
-    """`texts` with `key` set to `value`: an existing entry is rewritten (its +/++ kept)."""
-    parsed = parse_overrides(texts).overrides
-    out, done = [], False
-    for text in texts:
-        match = next((o for o in parsed if o.text == text), None)
-        if match is not None and match.key == key and match.op != "delete":
-            if not done:
-                out.append(f"{match.prefix}{key}={hydra_value(value)}")
-                done = True
-            continue
-        out.append(text)
-    if not done:
-        out.append(f"{key}={hydra_value(value)}")
-    return out
-
-
-def override_delta(before: list[str], after: list[str]) -> list[str]:
-    """What to append to the original launch to get `after`: new or changed entries only.
-    A key the original set gets a plain `key=value` (a second `+key` would be refused)."""
-    old = parse_overrides(before)
-    old_values = old.as_dict()
-    delta = []
-    for ov in parse_overrides(after).overrides:
-        if ov.op == "delete" or (ov.key in old_values and old_values[ov.key] == ov.value):
-            continue
-        prefix = "" if ov.key in old_values else ov.prefix
-        delta.append(f"{prefix}{ov.key}={hydra_value(ov.value)}")
-    return delta
-
-
-# ---------------------------------------------------------------------------------------------
-# Engines: what to run. The verl engine lives in trainer/verl_engine.py.
-
-class Engine:
-    name = "engine"
-    module = ""
-
-    def __init__(self, overrides: list[str], cwd: Path | None = None, python: str | None = None,
-                 env: dict[str, str] | None = None):
-        self.base_overrides = list(overrides)
-        self.cwd = Path(cwd or os.getcwd()).resolve()
-        self.python = python or sys.executable
-        self.env = dict(os.environ if env is None else env)
-
-    def command(self, overrides: list[str]) -> list[str]:
-        return [self.python, "-m", self.module, *overrides]
-
-    def defaults(self) -> dict[str, Any]:
-        """Effective default values by dotted key (what a key means when not overridden)."""
-        return {}
-
-    def supports(self, key: str) -> bool:
-        return True
-
-    def config(self, overrides: list[str]) -> dict[str, Any]:
-        """The effective configuration of a launch with `overrides`, by dotted key."""
-        cfg = dict(self.defaults())
-        cfg.update(parse_overrides(overrides).as_dict())
-        return cfg
-
-    def spec(self) -> dict[str, Any]:
-        return {"engine": self.name, "overrides": self.base_overrides, "cwd": str(self.cwd),
-                "python": self.python}
-
-    def preflight_launch(self, overrides: list[str]) -> Launch:
-        return parse_launch(self.command(overrides), cwd=self.cwd, environ=self.env)
-
-    # Check categories that do not apply to this engine (doctor check models verl's config).
-    preflight_skip: frozenset[str] = frozenset()
-
-
-class ReferenceEngine(Engine):
-    """`python -m trainer.main_grpo` - the reference trainer (runs on CPU, CUDA or NPU)."""
-
-    name = "reference"
-    module = "trainer.main_grpo"
-    # verl's config schema and memory model are not this trainer's; it validates its own keys.
-    preflight_skip = frozenset({"config", "memory"})
-
-    @staticmethod
-    def _keys() -> dict:
-        try:
-            from trainer.config import KEYS
-        except ImportError:
-            return {}
-        return KEYS
-
-    def defaults(self) -> dict[str, Any]:
-        return {key: spec.default for key, spec in self._keys().items()}
-
-    def supports(self, key: str) -> bool:
-        """A knob the reference trainer acts on (verl's engine-only keys are accepted, inert)."""
-        spec = self._keys().get(key)
-        return spec is not None and spec.effect
-
-
-def engine_from_spec(spec: dict[str, Any]) -> Engine:
-    """Rebuild the engine recorded in run.json (for --resume); the environment is today's."""
-    if spec.get("engine") == "verl":
-        from trainer.verl_engine import VerlEngine
-
-        return VerlEngine.from_spec(spec)
-    return ReferenceEngine(spec.get("overrides", []), cwd=spec.get("cwd"), python=spec.get("python"))
-
-
-# ---------------------------------------------------------------------------------------------
-# Diagnosis: the catalog's first explanation of the attempt's log.
-
-@dataclass
-class Diagnosis:
-    category: str | None  # None: nothing in the catalog matched
-    rule: str | None = None
-    phase: str | None = None
-    title: str = ""
-    cause: str = ""
-    fix: str = ""
-    lines: list[dict] = field(default_factory=list)
-
-    @property
-    def kind(self) -> str:
-        return self.category or "unknown"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"category": self.kind, "rule": self.rule, "phase": self.phase, "title": self.title,
-                "cause": self.cause, "fix": self.fix, "lines": self.lines[:5]}
-
-
-def diagnose(log_path: Path) -> Diagnosis:
-    try:
-        from knowledge.explain import explain_paths
-    except ImportError:  # the catalog is not installed: every failure is unknown
-        found = []
-    else:
-        found = explain_paths([str(log_path)])
-    phase = _marker_phase(log_path)
-    if not found:
-        return Diagnosis(category=None, phase=phase)
-    top = found[0]
-    return Diagnosis(category=top.category, rule=top.rule, phase=getattr(top, "phase", None) or phase,
-                     title=top.title, cause=top.cause, fix=top.fix,
-                     lines=[dict(line) for line in (top.lines or [])])
-
-
-def _marker_phase(log_path: Path) -> str | None:
-    """The reference trainer's own `[trainer] phase=X failed` line names the phase."""
-    phase = None
-    with open(log_path, errors="replace") as fh:
-        for line in fh:
-            m = PHASE_MARKER.search(line)
-            if m:
-                phase = m.group(1)
-    return phase
-
-
-# ---------------------------------------------------------------------------------------------
-# The Ray cluster: wait until it has the nodes the job needs, each one answering a task.
-
-_NODE_PROBE = r"""
-import json, os, sys
-import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
-@ray.remote(num_cpus=0)
-def here():
-    return 1
-alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-refs = [here.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
-        for n in alive]
-ready, _ = ray.wait(refs, num_returns=len(refs), timeout=float(sys.argv[2]))
-print(json.dumps({"alive": len(alive), "answering": len(ready)}), flush=True)
-os._exit(0)
-"""
-
-
-def answering_nodes(python: str, address: str, env: dict[str, str], timeout: float = 10.0) -> int:
-    """Nodes of the cluster at `address` that run a task now (a node the GCS has not yet declared
-    dead is listed alive but does not answer). 0 when the cluster cannot be reached."""
-    try:
-        out = subprocess.run([python, "-c", _NODE_PROBE, address, str(timeout)], env=env,
-                             capture_output=True, text=True, timeout=timeout + 60)
-        return int(json.loads(out.stdout.strip().splitlines()[-1])["answering"])
-    except (subprocess.TimeoutExpired, ValueError, IndexError, KeyError, OSError):
-        return 0
-
-
-# ---------------------------------------------------------------------------------------------
-# The ledger.
-
-@dataclass
-class Attempt:
-    n: int
-    overrides: list[str]
-    started_at: str
-    resumed_from_step: int = 0
-    exit_code: int | None = None
-    duration_s: float = 0.0
-    steps_completed: int = 0
-    diagnosis: dict | None = None
-    decision: str = "running"  # done | downshift | retry | stop | interrupted | abandoned
-    reason: str = ""
-    changes: dict[str, list] = field(default_factory=dict)  # for the next attempt: key -> [old, new]
-    log: str = ""
-    pid: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _redact(obj: Any) -> Any:
-    try:
-        from knowledge.redact import redact_mapping
-    except ImportError:
-        return obj
-    return redact_mapping(obj)
-
-
-def _redact_text(text: str) -> str:
-    try:
-        from knowledge.redact import redact_text
-    except ImportError:
-        return text
-    return redact_text(text)
-
 
 
 def read_checkpoint_step(ckpt_dir: Path) -> int:
@@ -293,12 +50,6 @@ def read_checkpoint_step(ckpt_dir: Path) -> int:
     except (OSError, ValueError):
         return 0
 
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-# ---------------------------------------------------------------------------------------------
 
 @dataclass
 class Options:
@@ -311,10 +62,6 @@ class Options:
     echo: TextIO | None = None  # where the child's output and our notes go (None: stdout)
     device_memory: int | None = None  # bytes per device: enables the memory estimate
     fits: Callable[[dict], bool | None] | None = None  # or give the estimate directly
-
-
-class Interrupted(Exception):
-    pass
 
 
 class Supervisor:
@@ -342,16 +89,13 @@ class Supervisor:
         state = {"schema": SCHEMA, "status": self.status, "engine": self.engine.spec(),
                  "overrides": self.overrides, "notes": self.notes,
                  "max_retries": self.opt.max_retries, "auto_tune": self.opt.auto_tune}
-        write_text_atomic(self.run_dir / "run.json", json.dumps(_redact(state), indent=2) + "\n")
-        lines = "".join(json.dumps(_redact(a.to_dict())) + "\n" for a in self.attempts)
-        write_text_atomic(self.run_dir / "attempts.jsonl", lines)
+        write_ledger(self.run_dir, state, self.attempts)
 
     @classmethod
     def resume(cls, run_dir: Path, options: Options | None = None) -> "Supervisor":
         run_dir = Path(run_dir)
         try:
-            state = json.loads((run_dir / "run.json").read_text())
-            rows = [json.loads(x) for x in (run_dir / "attempts.jsonl").read_text().splitlines() if x]
+            state, attempts = read_ledger(run_dir)
         except (OSError, ValueError) as exc:
             raise SupervisorError(f"{run_dir} is not a doctor train run directory ({exc})") from None
         options = options or Options()
@@ -362,7 +106,7 @@ class Supervisor:
         sup.overrides = list(state["overrides"])
         sup.notes = list(state.get("notes", []))
         sup.status = state.get("status", "running")
-        sup.attempts = [Attempt(**row) for row in rows]
+        sup.attempts = attempts
         if sup.status == "interrupted":
             sup.status = "running"
         for a in sup.attempts:
@@ -384,7 +128,7 @@ class Supervisor:
             model = Path(str(self.config().get("actor_rollout_ref.model.path", ""))).expanduser()
             model = model if model.is_absolute() else self.engine.cwd / model
             model_config = json.loads((model / "config.json").read_text())
-        except (ImportError, OSError, ValueError):
+        except (OSError, ValueError):
             return None
 
         def fits(cfg: dict) -> bool | None:
@@ -446,12 +190,12 @@ class Supervisor:
     def _one_attempt(self) -> None:
         n = len(self.attempts) + 1
         ckpt = self.checkpoint_dir
-        attempt = Attempt(n=n, overrides=list(self.overrides), started_at=_now(),
+        attempt = Attempt(n=n, overrides=list(self.overrides), started_at=now(),
                           resumed_from_step=read_checkpoint_step(ckpt),
                           log=str(self.run_dir / f"attempt-{n}.log"))
         self.attempts.append(attempt)
         where = f" (resuming from step {attempt.resumed_from_step})" if attempt.resumed_from_step else ""
-        self.say(f"attempt {n}{where}: " + _redact_text(" ".join(self.engine.command(self.overrides))))
+        self.say(f"attempt {n}{where}: " + redact_text(" ".join(self.engine.command(self.overrides))))
         t0 = time.monotonic()
         try:
             attempt.exit_code, attempt.steps_completed = self._run_child(attempt)
@@ -574,12 +318,9 @@ class Supervisor:
     def _run_child(self, attempt: Attempt) -> tuple[int, int]:
         env = dict(self.engine.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        cmd = self.engine.command(self.overrides)
         last_step = 0
         with open(attempt.log, "wb") as log:
-            proc = subprocess.Popen(cmd, cwd=self.engine.cwd, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    start_new_session=True, preexec_fn=_die_with_parent)
+            proc = start_child(self.engine.command(self.overrides), self.engine.cwd, env)
             self._child = proc
             attempt.pid = proc.pid
             self.save()
@@ -594,7 +335,7 @@ class Supervisor:
                     last_step = max(last_step, int(m.group(1)))
             rc = proc.wait()
             self._child = None
-            _signal_group(proc.pid, signal.SIGKILL)  # what the job left behind in its session
+            signal_session(proc.pid, signal.SIGKILL)  # what the job left behind in its session
         return rc, last_step
 
     def _on_interrupt(self, signum, frame) -> None:
@@ -607,39 +348,24 @@ class Supervisor:
             return
         if self._interrupts == 1:
             self.say("stopping the run cleanly (Ctrl-C again to kill it)")
-            _signal(child.pid, signal.SIGINT)
+            signal_pid(child.pid, signal.SIGINT)
             # A driver blocked in native code may not see SIGINT: SIGTERM after a grace period.
-            timer = threading.Timer(self.opt.stop_grace_s, _signal_if_running, (child, signal.SIGTERM))
+            timer = threading.Timer(self.opt.stop_grace_s, signal_if_running, (child, signal.SIGTERM))
             timer.daemon = True
             timer.start()
         else:
             self.say("killing the run")
-            _signal_group(child.pid, signal.SIGKILL)
+            signal_session(child.pid, signal.SIGKILL)
 
     # -- pre-flight ---------------------------------------------------------------------------
     def _preflight(self) -> bool:
         """`doctor check` on the launch; a failure stops before anything starts."""
-        from checks.context import CheckContext
-        from checks.registry import all_checks, flatten, run_checks, select
-
-        launch = self.engine.preflight_launch(self.overrides)
-        # Ray nodes the reference trainer starts itself all live on this machine: one host.
-        nodes = 1 if self.engine.name == "reference" and not self._external_cluster() else None
-        ctx = CheckContext.local(cwd=self.engine.cwd, python=self.engine.python, launch=launch, nodes=nodes)
-        ctx.env = dict(self.engine.env)
-        checks = select(all_checks(), None, set(self.engine.preflight_skip) or None)
-        findings = [f for f in flatten(run_checks(checks, ctx)) if f.status == "fail"]
+        findings = failed_checks(self.engine, self.overrides, self._external_cluster())
         self.preflight_findings = [f.to_dict() for f in findings]
         if not findings:
             return True
-        self.say(f"pre-flight check failed ({len(findings)} problem(s)); nothing was launched "
-                 f"(--no-preflight to launch anyway):")
-        for f in findings:
-            self.say(f"  [{f.category}] {f.title} ({f.id})" + (f" on {f.node}" if f.node else ""))
-            for line in (f.message or "").splitlines()[:4]:
-                self.say(f"      {line}")
-            if f.fix:
-                self.say(f"      fix: {f.fix.splitlines()[0]}")
+        for line in failure_report(findings):
+            self.say(line)
         return False
 
     # -- the result ----------------------------------------------------------------------------
@@ -670,57 +396,4 @@ class Supervisor:
             doc["interrupted"] = True
         if self.preflight_findings:
             doc["preflight"] = self.preflight_findings
-        return _redact(doc)
-
-
-def _signal_if_running(proc: subprocess.Popen, sig: int) -> None:
-    if proc.poll() is None:
-        _signal(proc.pid, sig)
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    """Signal the session the child leads (it was started with start_new_session)."""
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _die_with_parent() -> None:
-    """The child gets SIGTERM if the supervisor dies, so a resumed run never races an orphan."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def render_table(doc: dict[str, Any], file: TextIO | None = None) -> None:
-    """The final table of attempts and the line to paste into the launch script."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(file=file or sys.stdout, highlight=False, soft_wrap=True)
-    table = Table(title=f"doctor train: {doc['status']}, {doc['steps_completed']} step(s) done")
-    for col in ("#", "exit", "diagnosis", "resumed from", "steps", "seconds", "decision", "changes"):
-        table.add_column(col)
-    for a in doc["attempts"]:
-        d = a["diagnosis"] or {}
-        diag = "-" if not d else d["category"] + (f" {d['rule']}" if d.get("rule") else "") + \
-            (f" @{d['phase']}" if d.get("phase") else "")
-        changes = ", ".join(f"{k.rsplit('.', 1)[-1]} {hydra_value(o)}->{hydra_value(v)}"
-                            for k, (o, v) in a["changes"].items()) or "-"
-        table.add_row(str(a["n"]), str(a["exit_code"]), diag, str(a["resumed_from_step"]),
-                      str(a["steps_completed"]), f"{a['duration_s']:.0f}", a["decision"], changes)
-    console.print(table)
-    if doc["paste"]:
-        console.print("Overrides that worked (append to the launch command):")
-        console.print(f"  {doc['paste']}", markup=False)
+        return redact_mapping(doc)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from checks.launch import LaunchError, parse_launch
-from trainer.supervisor import Engine
+from trainer.engine import Engine
 
 VERL_ENTRY = "verl.trainer.main_ppo"
 

@@ -17,7 +17,7 @@ def _default_run_dir() -> Path:
 
 
 def _engine(engine: str, script: str | None, overrides: list[str], python: str | None):
-    from trainer.supervisor import ReferenceEngine
+    from trainer.engine import ReferenceEngine
     from trainer.verl_engine import VerlEngine
 
     if script:
@@ -61,7 +61,8 @@ def command(auto_tune, engine, max_retries, run_dir, script, resume_dir, no_pref
     """Run a GRPO job (OVERRIDES in verl's key=value syntax), and with --auto-tune keep it going.
 
     With no script and no overrides: the embedded default task on the reference engine."""
-    from trainer.supervisor import Options, Supervisor, SupervisorError, render_table
+    from trainer.summary_table import render_table
+    from trainer.supervisor import Options, Supervisor, SupervisorError
 
     from trainer.config import parse_bytes
 
