@@ -4,12 +4,14 @@ Each test runs the real CLI on the embedded tiny task, shrunk to a few short ste
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -63,10 +65,10 @@ def _text(v) -> str:
 
 
 def train(tmp_path: Path, overrides: list[str], *flags: str, cwd: Path | None = None,
-          timeout: float = 400) -> tuple[subprocess.CompletedProcess, dict]:
+          timeout: float = 400, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict]:
     run_dir = tmp_path / "run"
     r = run_doctor("train", "--auto-tune", "--json", "--run-dir", str(run_dir), *flags, *overrides,
-                   cwd=cwd or tmp_path, env=_env(tmp_path), timeout=timeout)
+                   cwd=cwd or tmp_path, env={**_env(tmp_path), **(env or {})}, timeout=timeout)
     assert r.stdout.strip(), r.stderr[-4000:]
     return r, json.loads(r.stdout)
 
@@ -133,6 +135,56 @@ def test_config_error_stops_at_once(tmp_path):
     assert attempt["diagnosis"]["category"] == "config", attempt
     assert attempt["decision"] == "stop"
     assert "n_gpu_per_node" in r.stderr  # the explanation names the key
+
+
+def test_secrets_stay_out_of_the_console_the_attempt_log_and_the_ledger(tmp_path):
+    """A launch wrapper that shows the job's environment (as site wrappers do) prints a secret
+    variable's value and an `HF_TOKEN=...` line; then the real trainer fails its config check."""
+    planted = f"planted-{uuid.uuid4().hex[:12]}"  # WANDB_API_KEY's value: found wherever it appears
+    printed = f"printed-{uuid.uuid4().hex[:12]}"  # in no environment: found by its name only
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text(f'#!/bin/sh\necho "wandb: logging in with $WANDB_API_KEY"\n'
+                       f'echo "HF_TOKEN={printed}"\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    overrides = task(**{"trainer.n_gpu_per_node": 1, "trainer.experiment_name": planted})
+    r, doc = train(tmp_path, overrides, "--no-preflight", "--python", str(wrapper),
+                   env={"WANDB_API_KEY": planted}, timeout=200)
+    assert r.returncode == 1, r.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    log = (run_dir / "attempt-1.log").read_text()
+    outputs = {"stdout": r.stdout, "stderr": r.stderr, "attempt-1.log": log,
+               "run.json": (run_dir / "run.json").read_text(),
+               "attempts.jsonl": (run_dir / "attempts.jsonl").read_text()}
+    for name, text in outputs.items():
+        assert planted not in text and printed not in text, f"a secret in {name}"
+    # the wrapper's lines did reach the log and the console, without their secrets
+    assert "wandb: logging in with [redacted]" in log and "HF_TOKEN=[redacted]" in log
+    assert "HF_TOKEN=[redacted]" in r.stderr
+    # and the redacted log is still explained
+    (attempt,) = doc["attempts"]
+    assert attempt["diagnosis"]["category"] == "config" and attempt["diagnosis"]["rule"], attempt
+    assert attempt["decision"] == "stop"
+    assert "n_gpu_per_node" in r.stderr
+
+
+def test_redacted_logs_are_explained_as_before():
+    """The supervisor explains the redacted attempt log: every rule's fixture, redacted line by
+    line the way the job's output is, is still explained by the same rule first."""
+    from knowledge.explain import explain_text_report
+    from knowledge.redact import Redactor
+    from tests.test_explain_rules import FIXTURES
+    from trainer.child_process import redacted_lines
+
+    redactor = Redactor(env={})
+    redacted = 0
+    for path in sorted(FIXTURES.glob("*.log")):
+        raw = path.read_bytes()
+        text = "".join(redacted_lines(io.BytesIO(raw), redactor))
+        redacted += text != raw.decode("utf-8", "replace")
+        before = [f.rule for f in explain_text_report(raw).findings[:1]]
+        after = [f.rule for f in explain_text_report(text).findings[:1]]
+        assert after == before, f"{path.name}: {before} before redaction, {after} after"
+    assert redacted, "no fixture holds anything redaction removes: this test proves nothing"
 
 
 def test_import_shadowing_stops_at_once(tmp_path):

@@ -1,11 +1,15 @@
 """The job's process: started in a session of its own (so whatever it spawns is stopped with it),
-sent SIGTERM when the supervisor dies, and signalled by PID only."""
+sent SIGTERM when the supervisor dies, signalled by PID only, and read line by line with every
+secret removed before a line reaches the console or the attempt's log."""
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
 from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from knowledge.redact import Redactor
 
 
 def start_child(cmd: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
@@ -13,6 +17,12 @@ def start_child(cmd: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Po
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True, preexec_fn=_die_with_parent)
+
+
+def redacted_lines(stream: BinaryIO, redactor: Redactor) -> Iterator[str]:
+    """The job's output as text, a line at a time, without secrets."""
+    for raw in stream:
+        yield redactor.text(raw.decode("utf-8", "replace"))
 
 
 def signal_pid(pid: int, sig: int) -> None:

@@ -1,7 +1,7 @@
 """Run a training job until it finishes: watch, diagnose, decide, relaunch with resume.
 
 One attempt = one child process (the reference trainer or verl's main_ppo, see trainer/engine.py).
-Its output streams to the console and to `RUN_DIR/attempt-N.log`. On a
+Its output streams, redacted line by line, to the console and to `RUN_DIR/attempt-N.log`. On a
 non-zero exit the log is explained with the failure catalog (trainer/diagnosis.py), and the
 category decides (`knowledge/downshift.toml`): memory -> the phase's downshift ladder;
 network/cluster -> wait for the Ray nodes, retry unchanged; config/data/imports/versions/workdir ->
@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from knowledge.redact import redact_mapping, redact_text
+from knowledge.redact import Redactor, redact_mapping, redact_text, remember_secrets
 from trainer import downshift
-from trainer.child_process import signal_if_running, signal_pid, signal_session, start_child
+from trainer.child_process import (redacted_lines, signal_if_running, signal_pid, signal_session,
+                                   start_child)
 from trainer.diagnosis import Diagnosis, diagnose
 from trainer.engine import Engine, engine_from_spec
 from trainer.ledger import Attempt, now, read_ledger, write_ledger
@@ -76,6 +77,9 @@ class Supervisor:
         self.preflight_findings: list[dict] = []
         self._interrupts = 0
         self._child: subprocess.Popen | None = None
+        # The job's secrets (a launch script's exports too) stay out of every output: the
+        # console, the attempt logs, the ledger and the summary.
+        remember_secrets(engine.env)
 
     # -- state -----------------------------------------------------------------------------
     @property
@@ -83,7 +87,7 @@ class Supervisor:
         return self.opt.echo or sys.stdout
 
     def say(self, msg: str) -> None:
-        print(f"doctor: {msg}", file=self.out, flush=True)
+        print(f"doctor: {redact_text(msg)}", file=self.out, flush=True)
 
     def save(self) -> None:
         state = {"schema": SCHEMA, "status": self.status, "engine": self.engine.spec(),
@@ -195,7 +199,7 @@ class Supervisor:
                           log=str(self.run_dir / f"attempt-{n}.log"))
         self.attempts.append(attempt)
         where = f" (resuming from step {attempt.resumed_from_step})" if attempt.resumed_from_step else ""
-        self.say(f"attempt {n}{where}: " + redact_text(" ".join(self.engine.command(self.overrides))))
+        self.say(f"attempt {n}{where}: " + " ".join(self.engine.command(self.overrides)))
         t0 = time.monotonic()
         try:
             attempt.exit_code, attempt.steps_completed = self._run_child(attempt)
@@ -318,19 +322,19 @@ class Supervisor:
     def _run_child(self, attempt: Attempt) -> tuple[int, int]:
         env = dict(self.engine.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        redactor = Redactor()  # this process's secrets and the job's (remembered above)
         last_step = 0
-        with open(attempt.log, "wb") as log:
+        with open(attempt.log, "w", encoding="utf-8") as log:
             proc = start_child(self.engine.command(self.overrides), self.engine.cwd, env)
             self._child = proc
             attempt.pid = proc.pid
             self.save()
-            for raw in proc.stdout:
-                log.write(raw)
+            for line in redacted_lines(proc.stdout, redactor):
+                log.write(line)
                 log.flush()
-                text = raw.decode("utf-8", "replace")
-                self.out.write(text)
+                self.out.write(line)
                 self.out.flush()
-                m = STEP_LINE.search(text)
+                m = STEP_LINE.search(line)
                 if m:
                     last_step = max(last_step, int(m.group(1)))
             rc = proc.wait()
