@@ -184,6 +184,82 @@ def test_sampling_is_seeded_and_stops_at_eos(tiny):
     assert int(lengths.max()) <= 40
 
 
+def _random_decoder(kind: str, **extra):
+    """A small randomly initialised decoder of another shape than the tiny one (no download)."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+    torch.manual_seed(0)
+    common = dict(vocab_size=320, hidden_size=96, intermediate_size=160, num_hidden_layers=3,
+                  num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=256, **extra)
+    cfg = Qwen2Config(**common) if kind == "qwen2" else LlamaConfig(**common, attention_bias=False)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval()
+    for p in model.parameters():  # visible biases and norms, so a wrong wiring cannot hide
+        torch.nn.init.normal_(p, std=0.3)
+    return model
+
+
+@pytest.mark.parametrize("kind", ["tiny", "qwen2", "llama"])
+def test_static_decoder_logits_match_the_models_forward(tiny, kind):
+    """Prefill and every decode step give the logits the model's own forward gives on the whole sequence."""
+    from transformers import AutoModelForCausalLM
+
+    from trainer import decode
+    from trainer.rollout import left_pad, position_ids
+
+    _, prompts = _prompts(tiny, 4)
+    prompts[1], prompts[3] = prompts[1][5:], prompts[3][9:]  # unequal lengths: left padding
+    if kind == "tiny":
+        model = AutoModelForCausalLM.from_pretrained(tiny / "model").eval()
+    else:
+        model = _random_decoder(kind)
+    assert decode.supports(model)
+    ids, mask = left_pad(prompts, 0, "cpu")
+    positions = position_ids(mask)
+    steps = 6
+    decoder = decode.StaticDecoder(model, len(prompts), ids.shape[1], steps)
+    with torch.no_grad():
+        logits = decoder.prefill(ids, mask, positions)
+        for t in range(steps):
+            full = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask)).logits[:, -1].float()
+            assert (logits - full).abs().max().item() <= 1e-5, f"step {t}"
+            token = torch.multinomial(full.softmax(-1), 1, generator=torch.Generator().manual_seed(t)).squeeze(-1)
+            ids = torch.cat([ids, token[:, None]], dim=1)
+            mask = torch.cat([mask, torch.ones_like(token)[:, None]], dim=1)
+            logits = decoder.step(token, position_ids(mask)[:, -1:])
+
+
+def test_models_the_static_decoder_does_not_cover_use_transformers_forward(tiny):
+    from transformers import GenerationConfig
+
+    from trainer import decode
+    from trainer.rollout import generate_sequences
+
+    model = _random_decoder("qwen2", rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
+    assert not decode.supports(model)
+    _, prompts = _prompts(tiny, 3)
+    prompts[0] = prompts[0][4:]
+    ours = generate_sequences(model, prompts, max_new_tokens=8, eos_ids={2}, pad_id=0,
+                              generator=torch.Generator().manual_seed(0), do_sample=False)
+    width = max(len(p) for p in prompts)
+    theirs = model.generate(input_ids=ours.prompts, attention_mask=ours.prompt_mask, generation_config=GenerationConfig(
+        do_sample=False, max_new_tokens=8, eos_token_id=[2], pad_token_id=0))[:, width:]
+    for i in range(len(prompts)):
+        n = int(ours.response_mask[i].sum())
+        assert ours.responses[i, :n].tolist() == theirs[i, :n].tolist()
+
+
+def test_sampler_draws_each_token_with_its_probability_and_never_a_cut_one():
+    from trainer.rollout import _filter_logits, sample
+
+    logits = torch.tensor([2.0, 0.5, -1.0, 1.5, 0.0, 3.0, -2.0, 1.0])
+    probs = _filter_logits(logits[None], top_k=5, top_p=1.0).softmax(-1)[0]
+    assert (probs == 0).sum() == 3  # top-k cut three tokens
+    draws = sample(probs.expand(40_000, -1), torch.Generator().manual_seed(3))
+    freq = torch.bincount(draws, minlength=len(probs)).double() / len(draws)
+    assert freq[probs == 0].sum() == 0
+    assert (freq - probs.double()).abs().max() < 0.01  # 4 standard errors at 40k draws
+
+
 def test_rewards_use_verls_scorers_and_custom_files(tmp_path):
     from trainer.reward import RewardError, RewardFunction
 

@@ -3,12 +3,16 @@
 At this trainer's model sizes `generate()`'s per-token bookkeeping costs more than the model;
 this loop does only what GRPO needs: left-padded prompts, one forward per new token, temperature /
 top-k / top-p sampling from a seeded generator, stop at EOS, a response mask that keeps the EOS.
+The forward passes are `trainer.decode`'s static-cache decoder where the model is one it covers,
+else the model's own forward with a DynamicCache.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+
+from trainer import decode
 
 
 @dataclass
@@ -61,37 +65,64 @@ def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tens
     return logits
 
 
-@torch.no_grad()
-def generate_sequences(model, prompts: list[list[int]], *, max_new_tokens: int, eos_ids: set[int], pad_id: int,
-                       generator: torch.Generator, temperature: float = 1.0, top_k: int = -1, top_p: float = 1.0,
-                       do_sample: bool = True) -> Rollout:
-    """Sample one response per prompt (repeat a prompt n times for n responses)."""
+def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One token per row drawn from `probs` (bs, vocab) by inverse CDF: a single uniform per row.
+
+    Exact, and several times cheaper on a CPU than `torch.multinomial`, which draws one exponential per
+    vocabulary entry. The uniform lies in (0, total], so a zero-probability token (cut by top-k/top-p)
+    is never drawn: the search lands on the first token whose cumulative sum reaches it."""
+    cdf = probs.cumsum(-1)
+    u = (1.0 - torch.rand((probs.shape[0], 1), generator=generator, device=probs.device)) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
+
+
+def _transformers_decoding(model, ids, mask, positions, max_new_tokens: int):
+    """First logits and a step function through the model's own forward and a DynamicCache (any model)."""
     from transformers import DynamicCache
 
-    device = next(model.parameters()).device
-    ids, mask = left_pad(prompts, pad_id, device)
     bs = ids.shape[0]
-    eos = torch.tensor(sorted(eos_ids), device=device)
     cache = DynamicCache()
-    positions = position_ids(mask)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                 use_cache=True, logits_to_keep=1)
     # Each decode step's mask, filled up front: step t attends to the prompt and t + 1 new tokens. It is
     # given as SDPA's (bs, 1, 1, keys) boolean mask, which the model uses as is (one query attends to all
     # earlier keys, so there is no causal part to add), instead of rebuilding it from 2-D every token.
-    attn = torch.cat([mask, torch.ones((bs, max_new_tokens), dtype=mask.dtype, device=device)], dim=1)
+    attn = torch.cat([mask, torch.ones((bs, max_new_tokens), dtype=mask.dtype, device=ids.device)], dim=1)
     attn = attn.bool()[:, None, None, :]
-    prompt_width = ids.shape[1]
+    seen = [ids.shape[1]]
+
+    def step(token: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        seen[0] += 1
+        out = model(input_ids=token[:, None], attention_mask=attn[..., :seen[0]], position_ids=pos,
+                    past_key_values=cache, use_cache=True)
+        return out.logits[:, -1, :].float()
+
+    return out.logits[:, -1, :].float(), step
+
+
+@torch.no_grad()
+def generate_sequences(model, prompts: list[list[int]], *, max_new_tokens: int, eos_ids: set[int], pad_id: int,
+                       generator: torch.Generator, temperature: float = 1.0, top_k: int = -1, top_p: float = 1.0,
+                       do_sample: bool = True) -> Rollout:
+    """Sample one response per prompt (repeat a prompt n times for n responses)."""
+    device = next(model.parameters()).device
+    ids, mask = left_pad(prompts, pad_id, device)
+    bs = ids.shape[0]
+    eos = torch.tensor(sorted(eos_ids), device=device)
+    positions = position_ids(mask)
+    if decode.supports(model):
+        decoder = decode.StaticDecoder(model, bs, ids.shape[1], max_new_tokens)
+        logits, step = decoder.prefill(ids, mask, positions), decoder.step
+    else:
+        logits, step = _transformers_decoding(model, ids, mask, positions, max_new_tokens)
     next_pos = positions[:, -1:] + 1
     tokens = torch.full((bs, max_new_tokens), pad_id, dtype=torch.long, device=device)
     resp_mask = torch.zeros((bs, max_new_tokens), dtype=torch.long, device=device)
     alive = torch.ones(bs, dtype=torch.bool, device=device)
     pad = torch.full((bs,), pad_id, dtype=torch.long, device=device)
     for t in range(max_new_tokens):
-        logits = out.logits[:, -1, :].float()
         if do_sample and temperature > 0:
-            probs = _filter_logits(logits / temperature, top_k, top_p).softmax(-1)
-            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            token = sample(_filter_logits(logits / temperature, top_k, top_p).softmax(-1), generator)
         else:
             token = logits.argmax(-1)
         token = torch.where(alive, token, pad)
@@ -100,8 +131,7 @@ def generate_sequences(model, prompts: list[list[int]], *, max_new_tokens: int, 
         alive &= ~torch.isin(token, eos)
         if t == max_new_tokens - 1 or not alive.any():
             break
-        out = model(input_ids=token[:, None], attention_mask=attn[..., :prompt_width + t + 1], position_ids=next_pos,
-                    past_key_values=cache, use_cache=True)
+        logits = step(token, next_pos)
         next_pos = next_pos + 1
     width = int(resp_mask.sum(-1).max().item()) if bs else 0
     width = max(width, 1)
