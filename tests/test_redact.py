@@ -97,6 +97,8 @@ def test_secrets_inside_log_lines(line, secret, keep):
     "ppo_max_token_len_per_gpu: 16384, data.prompt_key=prompt",
     "step:3 - actor/pg_loss:0.012 - response_length/mean:128.0",
     "commit 4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+    "    full_key: actor_rollout_ref.actor.ppo_micro_batch_size",
+    "    out = model(input_ids=token[:, None], past_key_values=cache, use_cache=True)",
 ])
 def test_diagnostic_lines_are_untouched(line):
     assert redact_text(line, env={}) == line
