@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -127,28 +128,56 @@ def effective_config(launch: Launch | None, version: str | None = None) -> dict[
 
 # --- the probe subprocess ---------------------------------------------------------------------
 
-class ProbeError(RuntimeError):
-    pass
+class ConfigProbe:
+    """`checks/verl_probe.py` running in the target interpreter. It starts with the first line of
+    its request and imports Hydra and composes verl's config while doctor composes its snapshot;
+    `finish` sends the rest (what the probe needs only after composing) and reads the reply. Used
+    as a context manager, it never outlives an error on doctor's side."""
 
+    def __init__(self, python: str, request: dict, cwd: str | os.PathLike, env: dict[str, str]):
+        self.started = time.monotonic()
+        self.error: str | None = None
+        try:
+            self.proc = subprocess.Popen([python, "-c", PROBE_SOURCE], cwd=str(cwd), env=env, text=True,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError as exc:
+            self.proc, self.error = None, f"cannot run {python}: {exc.strerror}"
+            return
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:  # it died at once: finish says how
+            pass
 
-def run_probe(python: str, request: dict, cwd: str | os.PathLike, env: dict[str, str],
-              timeout: float) -> dict:
-    """Run `checks/verl_probe.py` in the target interpreter; its JSON reply, or ProbeError."""
-    try:
-        proc = subprocess.run([python, "-c", PROBE_SOURCE], input=json.dumps(request), cwd=str(cwd),
-                              env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise ProbeError(f"the config probe did not finish in {timeout:.0f} s") from None
-    except OSError as exc:
-        raise ProbeError(f"cannot run {python}: {exc.strerror}") from None
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except json.JSONDecodeError:
-                break
-    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    raise ProbeError(f"the config probe failed (exit {proc.returncode}): {tail}")
+    def finish(self, rest: dict, timeout: float) -> tuple[dict | None, str | None]:
+        """(the probe's JSON reply, None), or (None, why there is none). `timeout` counts from the start."""
+        if self.proc is None:
+            return None, self.error
+        left = max(timeout - (time.monotonic() - self.started), 0.1)
+        try:
+            stdout, stderr = self.proc.communicate(json.dumps(rest), timeout=left)
+        except subprocess.TimeoutExpired:
+            self._end()
+            return None, f"the config probe did not finish in {timeout:.0f} s"
+        for line in reversed(stdout.splitlines()):
+            if line.startswith("{"):
+                try:
+                    return json.loads(line), None
+                except json.JSONDecodeError:
+                    break
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
+        return None, f"the config probe failed (exit {self.proc.returncode}): {tail}"
+
+    def _end(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+    def __enter__(self) -> "ConfigProbe":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._end()
 
 
 # --- one session per check context: compose once, probe once, shared by every check ----------
@@ -200,27 +229,30 @@ def session(ctx) -> ConfigSession | None:
         if cached is not None:
             return cached
         overrides = hydra_overrides(ctx.launch)
-        snap = compose_snapshot(overrides)
-        sess = ConfigSession(snap)
         request = {
             "overrides": overrides,
             "validate": bool(ctx.deep),
-            "fallback_config": snap.config,
             "data": True,
             "sample": int(ctx.options.get("sample") or 1000),
             "check_sources": bool(ctx.deep),
         }
-        path, name = reward_target(snap)
-        if path:
-            request["reward"] = {"path": path, "name": name}
         timeout = max(float(ctx.timeout), 120.0 if ctx.deep else 60.0)  # transformers (and verl) imports
-        try:
-            sess.probe = run_probe(ctx.python, request, ctx.cwd, ctx.env, timeout)
-        except ProbeError as exc:
-            sess.probe_error = str(exc)
+        with ConfigProbe(ctx.python, request, ctx.cwd, ctx.env) as probe:
+            sess = ConfigSession(compose_snapshot(overrides))
+            sess.probe, sess.probe_error = probe.finish(_rest_of_request(sess.snapshot), timeout)
         sess._facts_version = None if sess.probe else _facts_verl_version(ctx)
         ctx.__dict__["_config_session"] = sess
         return sess
+
+
+def _rest_of_request(snap: Composed) -> dict:
+    """What the probe needs only after composing: doctor's snapshot composition (its fallback when
+    verl's does not compose) and the custom reward function to load."""
+    rest: dict = {"fallback_config": snap.config}
+    path, name = reward_target(snap)
+    if path:
+        rest["reward"] = {"path": path, "name": name}
+    return rest
 
 
 def reward_target(composed: Composed) -> tuple[str | None, str | None]:

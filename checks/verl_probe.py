@@ -3,13 +3,14 @@ directory, env = the launch environment), so it sees the verl, transformers and 
 real job would see. Stdlib at import time; everything else is imported inside the task that needs it,
 and every task reports its own failure instead of failing the probe.
 
-Request (JSON on stdin):
+Request (JSON on stdin, in two parts: the first line is enough to compose, so the probe composes
+while doctor prepares the rest, which it reads after composing):
   {"overrides": [...],            # Hydra override strings, as on the command line
    "config_dir": null,            # null: verl's packaged config dir, found without importing verl
    "validate": false,             # also run verl's own validate_config (imports verl: ~20 s)
-   "fallback_config": {...},      # doctor's snapshot composition, used when verl's is unavailable
    "data": true, "sample": 1000,  # prompt token lengths of data.train_files (sampled)
-   "check_sources": true,         # ask verl's default scorer about the data_source values found
+   "check_sources": true}         # ask verl's default scorer about the data_source values found
+  {"fallback_config": {...},      # doctor's snapshot composition, used when verl's is unavailable
    "reward": {"path": ..., "name": ...}}
 Reply (JSON on stdout, last line): one key per task that was asked for.
 
@@ -172,8 +173,6 @@ def _task_data(req: dict, cfg: dict) -> dict:
     them (apply_chat_template(messages, add_generation_prompt=True, tokenize=True)), on a sample."""
     import random
 
-    import pyarrow.parquet as pq
-
     limit = int(req.get("sample", 1000))
     prompt_key = _get(cfg, "data.prompt_key", "prompt")
     source_key = _get(cfg, "data.reward_fn_key", "data_source")
@@ -181,10 +180,14 @@ def _task_data(req: dict, cfg: dict) -> dict:
     files = []
     samples: list[tuple[int, list]] = []  # (file index, messages)
     sources: set[str] = set()
-    for i, path in enumerate(_as_list(_get(cfg, "data.train_files"))):
-        path = os.path.expanduser(path)
+    paths = [os.path.expanduser(p) for p in _as_list(_get(cfg, "data.train_files"))]
+    pq = _parquet(paths)
+    for i, path in enumerate(paths):
         entry = {"path": path}
         files.append(entry)
+        if pq is None:
+            entry["error"] = "not a file"
+            continue
         try:
             pf = pq.ParquetFile(path)
             rows = pf.metadata.num_rows
@@ -226,6 +229,16 @@ def _task_data(req: dict, cfg: dict) -> dict:
                     entry["failed"] = sum(n is None for n in mine)
                     entry["over"] = sum(n is None or (max_len is not None and n > max_len) for n in mine)
     return out
+
+
+def _parquet(paths: list[str]):
+    """pyarrow.parquet, or None when there is no file to read: its import costs more than the rest of
+    the probe's data task. Without pyarrow here the task fails either way, as verl's dataset would."""
+    if any(os.path.isfile(p) for p in paths) or importlib.util.find_spec("pyarrow") is None:
+        import pyarrow.parquet as pq
+
+        return pq
+    return None
 
 
 def _token_lengths(path: str, prompts: list) -> tuple[list, list, str]:
@@ -305,7 +318,7 @@ TASKS = {"validate": _task_validate, "data": _task_data, "reward": _task_reward}
 
 
 def main() -> None:
-    req = json.loads(sys.stdin.read() or "{}")
+    req = json.loads(sys.stdin.readline() or "{}")
     reply: dict = {"python": sys.executable, "verl_version": None}
     try:
         from importlib.metadata import version
@@ -317,6 +330,7 @@ def main() -> None:
         reply["compose"] = _task_compose(req)
     except Exception as exc:
         reply["compose"] = {"error": f"{type(exc).__name__}: {_first_line(exc)}"}
+    req.update(json.loads(sys.stdin.read() or "{}"))
     cfg = _config(req, reply)
     for name, task in TASKS.items():
         if not req.get(name):
