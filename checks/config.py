@@ -439,15 +439,8 @@ def _facts(ctx) -> dict:
         return {}
 
 
-def _skip(cid: str, title: str) -> list[Finding]:
-    return [Finding(cid, "config", "skip", title, "no launch given (doctor check -- bash run.sh)")]
-
-
-@check("config.keys", "config", "Config keys verl will read")
+@check("config.keys", "config", "Config keys verl will read", needs=("launch",))
 def check_keys(ctx):
-    title = "Config keys verl will read"
-    if ctx.launch is None:
-        return _skip("config.keys", title)
     sess = _session(ctx)
     composed = sess.composed
     out = []
@@ -478,15 +471,10 @@ def check_keys(ctx):
     return out
 
 
-@check("config.validate", "config", "verl's start-up validation")
+@check("config.validate", "config", "verl's start-up validation", needs=("launch", "config"))
 def check_validate(ctx):
-    title = "verl's start-up validation"
-    if ctx.launch is None:
-        return _skip("config.validate", title)
     sess = _session(ctx)
     cfg = sess.composed.config
-    if cfg is None:
-        return [Finding("config.validate", "config", "skip", title, "the config did not compose")]
     problems = startup_problems(cfg)
     out = [_finding(p, sess) for p in problems]
     verl_own = (sess.probe or {}).get("validate") or {}
@@ -535,15 +523,10 @@ def _finding(p: Problem, sess) -> Finding:
                    f"{p.message}\n({when}; config from {sess.composed.source})", p.fix, {"settings": p.keys})
 
 
-@check("config.runtime", "config", "Settings verl checks late or never")
+@check("config.runtime", "config", "Settings verl checks late or never", needs=("launch", "config"))
 def check_runtime(ctx):
-    title = "Settings verl checks late or never"
-    if ctx.launch is None:
-        return _skip("config.runtime", title)
     sess = _session(ctx)
     cfg = sess.composed.config
-    if cfg is None:
-        return [Finding("config.runtime", "config", "skip", title, "the config did not compose")]
     facts = _facts(ctx)
     devices = facts.get("devices") or {}
     npu = (bool(devices.get("davinci")) or bool(_installed(facts, "torch_npu"))

@@ -47,6 +47,20 @@ class CheckContext:
         n = self.nodes if self.nodes is not None else (self.launch.nnodes if self.launch else 1)
         return n > 1
 
+    def prefetch(self, config: bool = False) -> None:
+        """Start the slow parts in the background, once each, so the target interpreter works while
+        doctor does: the node facts (their probe first) and, with `config`, the launch's config session."""
+        jobs = {"facts": self.get_facts}
+        if config and self.launch is not None:
+            from checks.verl_config import session
+
+            jobs["config"] = lambda: session(self)
+        started = self.__dict__.setdefault("_prefetched", set())
+        for name, job in jobs.items():
+            if name not in started:
+                started.add(name)
+                threading.Thread(target=_quietly, args=(job,), daemon=True).start()
+
     def get_facts(self) -> dict[str, Any]:
         """Everything known about the node, gathered once (the target-interpreter probe included)."""
         with self._lock:
@@ -55,3 +69,10 @@ class CheckContext:
 
                 self.facts = gather_facts(self)
             return self.facts
+
+
+def _quietly(job) -> None:
+    try:
+        job()
+    except Exception:  # met again, and reported, by the first check that needs it
+        pass

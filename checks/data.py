@@ -68,18 +68,9 @@ def _session(ctx):
     return session(ctx)
 
 
-def _skip(cid: str, title: str, why: str = "no launch given (doctor check -- bash run.sh)") -> list[Finding]:
-    return [Finding(cid, "data", "skip", title, why)]
-
-
-@check("data.files", "data", "Training data files")
+@check("data.files", "data", "Training data files", needs=("launch", "config"))
 def check_files(ctx):
-    title = "Training data files"
-    if ctx.launch is None:
-        return _skip("data.files", title)
     composed = _session(ctx).composed
-    if composed.config is None:
-        return _skip("data.files", title, "the config did not compose")
     prompt_key = composed.get("data.prompt_key", "prompt")
     source_key = composed.get("data.reward_fn_key", "data_source")
     B = composed.get("data.train_batch_size")
@@ -120,14 +111,11 @@ def check_files(ctx):
     return out
 
 
-@check("data.prompt_length", "data", "Prompt lengths vs data.max_prompt_length")
+@check("data.prompt_length", "data", "Prompt lengths vs data.max_prompt_length",
+       needs=("launch", "config_probe"))
 def check_prompt_length(ctx):
     title = "Prompt lengths vs data.max_prompt_length"
-    if ctx.launch is None:
-        return _skip("data.prompt_length", title)
     sess = _session(ctx)
-    if sess.probe is None:
-        return _skip("data.prompt_length", title, f"probe failed: {sess.probe_error}")
     data = sess.probe.get("data") or {}
     if data.get("error"):
         return [Finding("data.prompt_length", "data", "warn", title, f"could not measure: {data['error']}")]
@@ -173,13 +161,11 @@ def _round(n: int) -> int:
     return ((int(n) + 63) // 64) * 64
 
 
-@check("data.reward", "data", "Custom reward function")
+@check("data.reward", "data", "Custom reward function", needs=("launch",))
 def check_reward(ctx):
     from checks.verl_config import reward_target
 
     title = "Custom reward function"
-    if ctx.launch is None:
-        return _skip("data.reward", title)
     sess = _session(ctx)
     path, name = reward_target(sess.composed)
     if not path:
@@ -224,14 +210,11 @@ def registered_source(source: str, table: dict) -> bool:
     return source in table.get("exact", []) or any(source.startswith(p) for p in table.get("prefixes", []))
 
 
-@check("config.reward_source", "config", "Every data_source has a scorer")
+@check("config.reward_source", "config", "Every data_source has a scorer", needs=("launch",))
 def check_reward_source(ctx):
     from checks.config import key_table
     from checks.verl_config import reward_target
 
-    title = "Every data_source has a scorer"
-    if ctx.launch is None:
-        return [Finding("config.reward_source", "config", "skip", title, "no launch given")]
     sess = _session(ctx)
     if reward_target(sess.composed)[0] and sess.composed.get("reward.custom_reward_function.path"):
         return []  # a custom reward function scores every row
@@ -239,6 +222,8 @@ def check_reward_source(ctx):
     key = sess.composed.get("data.reward_fn_key", "data_source")
     sources: set[str] = set()
     for p in files:
+        if not p.is_file():
+            continue  # data.files reports it (and pyarrow's import is not paid for nothing)
         try:
             sources.update(inspect_parquet(p, "prompt", key).get("data_sources", []))
         except Exception:  # data.files reports unreadable files

@@ -22,13 +22,6 @@ def _stack(probe: dict) -> list[tuple[str, dict]]:
     return [(name, pkg) for name, pkg in (probe.get("packages") or {}).items()]
 
 
-def _probe_failed(ctx, id, title) -> list[Finding] | None:
-    probe = probe_of(ctx)
-    if probe.get("ok"):
-        return None
-    return [_finding(ctx, id, "skip", title, "the target interpreter could not be probed")]
-
-
 def _how_to_remove(copy: dict, name: str, cwd) -> str:
     """The concrete way to take a winning copy off the path, by why it is on the path."""
     path, why = copy["path"], copy.get("why", "")
@@ -60,11 +53,8 @@ def probe_runs(ctx):
                      evidence={"sys_path": probe.get("sys_path"), "seconds": probe.get("seconds")})]
 
 
-@check("imports.shadowed", "imports", "Packages import from their installed copy")
+@check("imports.shadowed", "imports", "Packages import from their installed copy", needs=("probe",))
 def shadowed(ctx):
-    skipped = _probe_failed(ctx, "imports.shadowed", "Packages import from their installed copy")
-    if skipped:
-        return skipped
     out = []
     for name, pkg in _stack(probe_of(ctx)):
         spec = pkg.get("spec")
@@ -98,11 +88,8 @@ def shadowed(ctx):
     return out
 
 
-@check("imports.namespace", "imports", "No package resolves to a bare directory")
+@check("imports.namespace", "imports", "No package resolves to a bare directory", needs=("probe",))
 def namespace(ctx):
-    skipped = _probe_failed(ctx, "imports.namespace", "No package resolves to a bare directory")
-    if skipped:
-        return skipped
     out = []
     for name, pkg in _stack(probe_of(ctx)):
         spec = pkg.get("spec") or {}
@@ -125,11 +112,8 @@ def namespace(ctx):
     return out
 
 
-@check("imports.duplicates", "imports", "One copy of each package on the path")
+@check("imports.duplicates", "imports", "One copy of each package on the path", needs=("probe",))
 def duplicates(ctx):
-    skipped = _probe_failed(ctx, "imports.duplicates", "One copy of each package on the path")
-    if skipped:
-        return skipped
     out = []
     for name, pkg in _stack(probe_of(ctx)):
         win = winner_path(pkg.get("spec"))

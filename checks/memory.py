@@ -158,11 +158,8 @@ def fixes(est) -> str:
     return "\n".join(lines)
 
 
-@check("memory.estimate", "memory", "Device memory for the GRPO job (estimate)")
+@check("memory.estimate", "memory", "Device memory for the GRPO job (estimate)", needs=("launch",))
 def check_memory(ctx):
-    if ctx.launch is None:
-        return [Finding("memory.estimate", "memory", "skip", "Device memory for the GRPO job (estimate)",
-                        "no launch given (doctor check -- bash run.sh)")]
     est, note = estimate_for(ctx)
     title = "Device memory for the GRPO job (estimate)"
     if est is None:

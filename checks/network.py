@@ -21,10 +21,6 @@ EXACT_SYNTAX = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 BRIDGE = re.compile(r"^(docker\d*|br-|virbr|veth|cni|flannel|cali|tunl|kube-ipvs)")
 
 
-def multi_node(ctx) -> bool:
-    return ctx.multi_node
-
-
 def _finding(ctx, id, status, title, message="", fix="", evidence=None) -> Finding:
     return Finding(id, "network", status, title, message, fix, evidence or {}, ctx.node)
 
@@ -91,7 +87,7 @@ def _judge_selected(ctx, var, value, chosen, ifaces, how) -> Finding | None:
 
 
 @check("network.interfaces", "network", "Communication interface variables name real interfaces",
-       applies=multi_node)
+       needs=("multi_node",))
 def interfaces(ctx):
     facts = ctx.get_facts()
     ifaces, env = facts.get("interfaces") or {}, facts.get("comm_env") or {}
@@ -161,7 +157,7 @@ def _platform(ctx) -> str:
 
 
 @check("network.unset", "network", "Interface variables are set where the choice is ambiguous",
-       applies=multi_node)
+       needs=("multi_node",))
 def unset(ctx):
     facts = ctx.get_facts()
     ifaces, env = facts.get("interfaces") or {}, facts.get("comm_env") or {}
@@ -185,7 +181,7 @@ def unset(ctx):
 
 
 @check("network.hostname", "network", "The hostname resolves to a reachable address",
-       applies=multi_node)
+       needs=("multi_node",))
 def hostname(ctx):
     facts = ctx.get_facts()
     host, env, ifaces = facts.get("hostname") or {}, facts.get("comm_env") or {}, facts.get("interfaces") or {}

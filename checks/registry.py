@@ -3,6 +3,9 @@
 A check is a small function `fn(ctx) -> Iterable[Finding]`, registered with `@check(...)`. A check
 that returns nothing has passed: the runner records one `pass` finding for it, so JUnit gets one
 testcase per check. A check that raises becomes a finding, never a crash of doctor.
+
+What a check cannot run without (a launch, a probed interpreter, a composed config...) it declares
+with `needs=`; when one is missing the runner records the skip, worded once, in `NEEDS`.
 """
 from __future__ import annotations
 
@@ -15,6 +18,46 @@ from typing import Callable, Iterable
 from checks.model import CATEGORIES, Finding
 
 CheckFn = Callable[["object"], Iterable[Finding] | None]
+
+
+def _no_launch(ctx) -> str | None:
+    return None if ctx.launch is not None else "no launch given (doctor check -- bash run.sh)"
+
+
+def _probe_failed(ctx) -> str | None:
+    from checks.facts import probe_of
+
+    return None if probe_of(ctx).get("ok") else "the target interpreter could not be probed"
+
+
+def _session(ctx):
+    from checks.verl_config import session
+
+    return session(ctx)
+
+
+def _config_not_composed(ctx) -> str | None:
+    return "the config did not compose" if _session(ctx).composed.config is None else None
+
+
+def _config_probe_failed(ctx) -> str | None:
+    error = _session(ctx).probe_error
+    return f"the config probe failed: {error}" if error else None
+
+
+# What a check can need -> why it is skipped without it (None: the need is met), in one wording.
+# A check's needs are asked in the order it lists them.
+NEEDS: dict[str, Callable[["object"], str | None]] = {
+    "launch": _no_launch,
+    "multi_node": lambda ctx: None if ctx.multi_node else "for multi-node jobs only (trainer.nnodes or --nodes above 1)",
+    "deep": lambda ctx: None if ctx.deep else "runs with --deep only",
+    "probe": _probe_failed,
+    "config": _config_not_composed,
+    "config_probe": _config_probe_failed,
+}
+# Needs answered by the launch's config session: they come after "launch", and a run that has
+# them starts the session before the checks.
+SESSION_NEEDS = {"config", "config_probe"}
 
 # Modules that hold checks; importing them registers their checks.
 CHECK_MODULES = (
@@ -34,19 +77,23 @@ class Check:
     category: str
     title: str
     fn: CheckFn
-    # Skip unless the context says so (e.g. multi-node only): a predicate on the context.
-    applies: Callable[["object"], bool] | None = None
+    needs: tuple[str, ...] = ()  # names in NEEDS; the first one missing skips the check
 
 
 _REGISTRY: dict[str, Check] = {}
 
 
-def check(id: str, category: str, title: str, applies=None):
+def check(id: str, category: str, title: str, needs: tuple[str, ...] = ()):
     if category not in CATEGORIES:
         raise ValueError(f"unknown category {category!r}")
+    unknown = [n for n in needs if n not in NEEDS]
+    if unknown:
+        raise ValueError(f"unknown need {unknown[0]!r}; choose from {', '.join(NEEDS)}")
+    if SESSION_NEEDS & set(needs) and needs[0] != "launch":
+        raise ValueError(f"{id}: {sorted(SESSION_NEEDS & set(needs))[0]!r} needs 'launch' first")
 
     def deco(fn: CheckFn) -> CheckFn:
-        _REGISTRY[id] = Check(id, category, title, fn, applies)
+        _REGISTRY[id] = Check(id, category, title, fn, tuple(needs))
         return fn
 
     return deco
@@ -72,11 +119,21 @@ def select(checks: list[Check], only: set[str] | None, skip: set[str] | None) ->
     return [c for c in checks if wanted(c)]
 
 
+def missing_need(c: Check, ctx) -> str | None:
+    """Why `c` cannot run in this context (its first unmet need), or None."""
+    for need in c.needs:
+        why = NEEDS[need](ctx)
+        if why:
+            return why
+    return None
+
+
 def _run_one(c: Check, ctx) -> tuple[list[Finding], float]:
     t0 = time.perf_counter()
     try:
-        if c.applies is not None and not c.applies(ctx):
-            out = [Finding(c.id, c.category, "skip", c.title, "not applicable to this launch")]
+        why = missing_need(c, ctx)
+        if why:
+            out = [Finding(c.id, c.category, "skip", c.title, why, node=ctx.node)]
         else:
             out = list(c.fn(ctx) or [])
             if not out:
@@ -96,7 +153,8 @@ class CheckResult:
 
 
 def run_checks(checks: list[Check], ctx, workers: int = 8) -> list[CheckResult]:
-    """Run checks concurrently (they mostly wait on the shared probe); keep registration order."""
+    """Run checks concurrently (they mostly wait on the shared probes); keep registration order."""
+    ctx.prefetch(config=any(SESSION_NEEDS & set(c.needs) for c in checks))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(lambda c: _run_one(c, ctx), checks))
     return [CheckResult(c, out, secs) for c, (out, secs) in zip(checks, results)]

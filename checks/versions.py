@@ -184,12 +184,9 @@ def _summary(have: dict, build: dict | None) -> str:
     return ", ".join(parts)
 
 
-@check("versions.stack", "versions", "Versions of the stack")
+@check("versions.stack", "versions", "Versions of the stack", needs=("probe",))
 def stack(ctx):
     probe = probe_of(ctx)
-    if not probe.get("ok"):
-        return [_finding(ctx, "versions.stack", "skip", "Versions of the stack",
-                         "the target interpreter could not be probed")]
     have = installed(ctx)
     return [_finding(ctx, "versions.stack", "pass", "Versions of the stack",
                      _summary(have, probe.get("torch_build")),
@@ -538,7 +535,7 @@ def deep_probe(ctx, modules: list[str]) -> dict:
         return {"error": f"the interpreter died while importing the stack: {tail[:300]}"}
 
 
-@check("versions.deep", "versions", "The stack imports and runs (--deep)", applies=lambda ctx: ctx.deep)
+@check("versions.deep", "versions", "The stack imports and runs (--deep)", needs=("deep",))
 def deep(ctx):
     have = installed(ctx)
     modules = [m for m in ("torch_npu", "vllm", "vllm_ascend") if have.get(m)]

@@ -20,12 +20,8 @@ def _finding(ctx, id, status, title, message="", fix="", evidence=None) -> Findi
     return Finding(id, "workdir", status, title, message, fix, evidence or {}, ctx.node)
 
 
-def has_launch(ctx) -> bool:
-    return ctx.launch is not None
-
-
 @check("workdir.paths", "workdir", "Paths in the launch exist from the launch directory",
-       applies=has_launch)
+       needs=("launch",))
 def paths(ctx):
     out = []
     for item in ctx.get_facts().get("paths") or []:
@@ -63,7 +59,7 @@ def paths(ctx):
 
 
 @check("workdir.source_trees", "workdir", "No source tree in the launch directory can shadow a package",
-       applies=has_launch)
+       needs=("launch",))
 def source_trees(ctx):
     facts = ctx.get_facts()
     probe = probe_of(ctx)
@@ -83,7 +79,7 @@ def source_trees(ctx):
 
 
 @check("workdir.entry", "workdir", "The launch's entry point is found from the launch directory",
-       applies=has_launch)
+       needs=("launch",))
 def entry(ctx):
     launch = ctx.launch
     facts = ctx.get_facts()
