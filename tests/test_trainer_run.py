@@ -123,3 +123,23 @@ def test_too_big_micro_batch_fails_with_a_real_allocation_error_in_its_phase(env
     assert "can't allocate memory" in marker[-1]
     assert "in update_actor" in out  # the traceback names verl's phase function
     assert _steps(tmp_path) == []
+
+
+def test_mlflow_tracks_every_step_offline_in_sqlite(env, tmp_path):
+    """trainer.logger=[console,mlflow] with the seed article's sqlite backend: params and per-step metrics."""
+    mlflow = pytest.importorskip("mlflow")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_dir = tmp_path / "run"
+    args = embedded_default() + [f"trainer.default_local_dir={run_dir}", "trainer.nnodes=1",
+                                 "trainer.total_training_steps=2", "trainer.logger=['console','mlflow']",
+                                 "trainer.project_name=doctor_tests", "trainer.experiment_name=mlflow_run"]
+    proc = _trainer(args, {**env, "MLFLOW_TRACKING_URI": uri})
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    client = mlflow.tracking.MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("doctor_tests")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.data.tags["mlflow.runName"] == "mlflow_run" and run.info.status == "FINISHED"
+    assert run.data.params["data.train_batch_size"] == "8"
+    history = client.get_metric_history(run.info.run_id, SCORE)
+    assert [(m.step, m.value) for m in history] == [(r["step"], r[SCORE]) for r in _steps(run_dir)]
