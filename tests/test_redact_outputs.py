@@ -2,56 +2,30 @@
 from __future__ import annotations
 
 import json
-import textwrap
 
 from checks.model import Finding
 from checks.registry import Check, CheckResult
 from doctor import render
 from knowledge.redact import REDACTED
 from tests.conftest import run_doctor
-
-HF = "hf_ScriptExportedToken9876543210abcdef"
-WANDB = "5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f"
-MLFLOW_PW = "mlfl0w-Pa55word"
-LOG_BEARER = "Zm9vYmFyLWJlYXJlci10b2tlbi0xMjM0NTY3"
-
-
-def planted_launch(tmp_path):
-    """A launch script as users write them: an exported HF token, a tracking URI with a password,
-    and wandb as logger (its key comes from the environment)."""
-    script = tmp_path / "run_grpo.sh"
-    script.write_text(textwrap.dedent(f"""\
-        #!/bin/bash
-        export HF_TOKEN={HF}
-        export MLFLOW_TRACKING_URI=http://alice:{MLFLOW_PW}@mlflow.internal:5000
-        python3 -m verl.trainer.main_ppo \\
-            algorithm.adv_estimator=grpo \\
-            trainer.logger='["console","wandb"]' \\
-            trainer.nnodes=1
-        """))
-    return script
-
-
-def planted_env():
-    return {"WANDB_API_KEY": WANDB, "MY_DB_PASSWORD": "envPa55word-xyz"}
+from tests.lab.planted import BEARER, HF, MLFLOW_URI, SECRETS, WANDB, planted_env, planted_script
 
 
 def leaking_results():
     """Findings that carry what real checks carry: env variables, config values and log lines."""
-    env = {"HF_TOKEN": HF, "WANDB_API_KEY": WANDB, "GLOO_SOCKET_IFNAME": "eth0",
-           "MLFLOW_TRACKING_URI": f"http://alice:{MLFLOW_PW}@mlflow.internal:5000"}
+    env = {"HF_TOKEN": HF, "WANDB_API_KEY": WANDB, "GLOO_SOCKET_IFNAME": "eth0", "MLFLOW_TRACKING_URI": MLFLOW_URI}
     findings = [
         Finding("network.gloo", "network", "warn", "GLOO_SOCKET_IFNAME names no interface",
                 f"seen env {env}", "export GLOO_SOCKET_IFNAME=eth1", evidence={"env": env}),
         Finding("other.log", "other", "fail", "a log line",
-                f"Authorization: Bearer {LOG_BEARER}\nHF token was {HF}", evidence={"line": f"token {WANDB}"}),
+                f"Authorization: Bearer {BEARER}\nHF token was {HF}", evidence={"line": f"token {WANDB}"}),
     ]
     check = Check("network.gloo", "network", "t", lambda ctx: [])
     return [CheckResult(check, findings, 0.01)]
 
 
 def assert_clean(text: str):
-    for secret in (HF, WANDB, MLFLOW_PW, LOG_BEARER, "envPa55word-xyz"):
+    for secret in SECRETS:
         assert secret not in text, f"secret leaked: {secret[:6]}..."
 
 
@@ -68,7 +42,7 @@ def test_every_renderer_redacts(tmp_path, capsys):
 
 
 def test_check_cli_outputs_carry_no_planted_secret(tmp_path):
-    script = planted_launch(tmp_path)
+    script = planted_script(tmp_path / "run_grpo.sh")
     env = planted_env()
     junit = tmp_path / "junit.xml"
     for args in (["check", "-v", "--junit", str(junit)], ["check", "--json"]):

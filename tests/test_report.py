@@ -15,18 +15,14 @@ from markdown_it import MarkdownIt
 
 from knowledge.explain import explain_paths
 from tests.conftest import ROOT, run_doctor
+from tests.lab.planted import BEARER, HF, MLFLOW_URI, SECRETS, WANDB, planted_env, planted_script
 
 FIXTURES = ROOT / "tests" / "fixtures" / "explain"
 SCHEMA = ROOT / "knowledge" / "schemas" / "doctor.report.schema.json"
 
-# Planted secrets: in the environment, in the launch script, inside log lines.
-WANDB = "5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f"
-ENV_SECRET = "envOnly-Secr3t-value-42"
-HF = "hf_ScriptExportedToken9876543210abcdef"
-MLFLOW_PW = "mlfl0w-Pa55word"
-BEARER = "Zm9vYmFyLWJlYXJlci10b2tlbi0xMjM0NTY3"
+# Planted secrets: in the environment and the launch script (tests/lab/planted.py), inside log lines.
 LOG_KEY = "log-line-api-key-77Q"
-SECRETS = (WANDB, ENV_SECRET, HF, MLFLOW_PW, BEARER, LOG_KEY)
+ALL_SECRETS = (*SECRETS, LOG_KEY)
 
 
 # The shape of Qwen2-0.5B-Instruct (the seed article's model): config.json only, no weights.
@@ -39,33 +35,19 @@ def planted(tmp_path: Path) -> tuple[Path, Path]:
     model = tmp_path / "Qwen2-0.5B-Instruct"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(QWEN2_05B))
-    script = tmp_path / "run_grpo.sh"
-    script.write_text(textwrap.dedent(f"""\
-        #!/bin/bash
-        export HF_TOKEN={HF}
-        export MLFLOW_TRACKING_URI=http://alice:{MLFLOW_PW}@mlflow.internal:5000
-        python3 -m verl.trainer.main_ppo \\
-            algorithm.adv_estimator=grpo \\
-            data.train_batch_size=6 actor_rollout_ref.rollout.n=5 \\
-            trainer.logger='["console","wandb"]' \\
-            actor_rollout_ref.model.path={model} \\
-            trainer.n_gpus_per_node=8 trainer.nnodes=1
-        """))
+    script = planted_script(tmp_path / "run_grpo.sh", "data.train_batch_size=6 actor_rollout_ref.rollout.n=5",
+                            f"actor_rollout_ref.model.path={model}", "trainer.n_gpus_per_node=8")
     log = tmp_path / "train.log"
     lines = [
         "wandb: Currently logged in as: someone",
         f"Authorization: Bearer {BEARER}",
         f"downloading with token {HF} from the hub",
-        f"mlflow tracking http://alice:{MLFLOW_PW}@mlflow.internal:5000/api",
+        f"mlflow tracking {MLFLOW_URI}/api",
         f"config api_key={LOG_KEY} loaded",
         f"env dump WANDB_API_KEY={WANDB}",
     ]
     log.write_text("\n".join(lines) + "\n" + (FIXTURES / "verl-batch-not-divisible.log").read_text())
     return script, log
-
-
-def env() -> dict:
-    return {"WANDB_API_KEY": WANDB, "MY_SERVICE_PASSWORD": ENV_SECRET}
 
 
 STACK = ("torch", "torch_npu", "vllm", "verl", "ray")
@@ -87,7 +69,7 @@ def report_watching_imports(*args: str, cwd: Path, env: dict) -> tuple[int, str,
 
 
 def assert_no_secret(text: str, where: str) -> None:
-    for s in SECRETS:
+    for s in ALL_SECRETS:
         assert s not in text, f"{where}: planted secret {s[:6]}... leaked"
 
 
@@ -117,7 +99,7 @@ def test_report_redacts_everything_and_leads_with_the_root_cause(tmp_path):
     md_path, json_path, bundle = tmp_path / "report.md", tmp_path / "report.json", tmp_path / "b.tar.gz"
     rc, out, err, imported = report_watching_imports(
         "--log", str(log), "-o", str(md_path), "--bundle", str(bundle), "--device-memory", "64GiB",
-        "--", "bash", str(script), cwd=tmp_path, env=env())
+        "--", "bash", str(script), cwd=tmp_path, env=planted_env())
     assert rc == 1, err  # problems found
     assert "Traceback" not in err
     assert imported == []
@@ -152,7 +134,7 @@ def test_report_redacts_everything_and_leads_with_the_root_cause(tmp_path):
     assert doc["plan"]["T"] == 30 and doc["memory"]["capacity"] == 64 << 30
     assert doc["config"]["changed"]["data.train_batch_size"] == {"value": 6, "default": 1024}
 
-    r = run_doctor("report", "--json", "--log", str(log), cwd=tmp_path, env=env())
+    r = run_doctor("report", "--json", "--log", str(log), cwd=tmp_path, env=planted_env())
     assert r.returncode == 1
     assert_no_secret(r.stdout, "json")
     jsonschema.validate(json.loads(r.stdout), json.loads(SCHEMA.read_text()))
@@ -276,7 +258,7 @@ def test_one_gigabyte_log_gives_a_bounded_report_and_bundle(tmp_path):
     md_path, bundle = tmp_path / "r.md", tmp_path / "b.tar.gz"
     try:
         r = run_doctor("report", "--log", str(log), "-o", str(md_path), "--bundle", str(bundle),
-                       cwd=tmp_path, env=env(), timeout=600)
+                       cwd=tmp_path, env=planted_env(), timeout=600)
     finally:
         log.unlink()  # a gigabyte is not left behind in pytest's kept temp dirs
     assert r.returncode == 1, r.stderr
