@@ -108,6 +108,14 @@ def _import_place(n: dict, name: str) -> str | None:
 
 # --- the comparisons ----------------------------------------------------------------------------
 
+def _agents_said(agents: dict | None) -> str:
+    """'; node agents: 1 reused, 1 started' (and whether they were ended after the check)."""
+    if not agents:
+        return ""
+    counts = ", ".join(f"{agents[k]} {k}" for k in ("reused", "started") if agents.get(k))
+    return f"; node agents: {counts or 'none'}" + ("" if agents.get("kept", True) else ", then ended")
+
+
 def nodes_answer(view: ClusterView) -> list[Finding]:
     out = []
     for n in view.silent:
@@ -118,10 +126,14 @@ def nodes_answer(view: ClusterView) -> list[Finding]:
                             {"ip": n.get("ip"), "node_id": n.get("id")}, n["label"]))
     if view.answered and not view.silent:
         secs = view.report.get("facts_s")
-        out.append(_finding("cluster.nodes", "pass", f"{len(view.answered)} nodes answered",
+        agents = view.report.get("agents")
+        if agents:
+            agents = {**agents, "by_node": {n["label"]: n.get("agent") for n in view.answered}}
+        out.append(_finding("cluster.nodes", "pass", f"{len(view.answered)} nodes answered" + _agents_said(agents),
                             ", ".join(n["label"] + (" (head)" if n.get("head") else "") for n in view.answered)
                             + (f"; facts from every node in {secs:.1f} s" if secs is not None else ""),
-                            evidence={"connect_s": view.report.get("connect_s"), "facts_s": secs}))
+                            evidence={"connect_s": view.report.get("connect_s"), "facts_s": secs,
+                                      "agents": agents}))
     alive_ips = {n.get("ip") for n in view.report.get("nodes") or []}
     for d in view.report.get("dead") or []:
         if d.get("ip") in alive_ips:

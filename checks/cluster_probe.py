@@ -3,7 +3,7 @@ doctor's own process:
 
     python -c "from checks.cluster_probe import main; main()" < request.json
 
-It connects to the running cluster, sends one task to every alive node (pinned there with
+It connects to the running cluster, asks doctor's agent on every alive node (pinned there with
 NodeAffinitySchedulingStrategy(soft=False), all in parallel, waited for with a deadline), and
 writes one JSON document to `request["out"]`. A node that does not answer in time is reported,
 never waited for. Three rounds, each bounded by `request["timeout"]`:
@@ -21,6 +21,12 @@ The node-side functions below use only the standard library and psutil (which Ra
 this module is pickled by value, so nodes need no copy of doctor for rounds 2 and 3; round 1
 imports `checks.facts` on the node and falls back to shipping `checks` and `knowledge` with a
 runtime_env when the node has no doctor.
+
+The agents: Ray starts a job's workers afresh for every driver, so a task per node would cost a
+Python start on every node at every check. Instead each node keeps one `NodeAgent`, a detached
+actor with no CPUs, named after this code's version and its node in the `doctor` namespace: a
+repeated check costs one call per node. Agents keep code, never facts; an agent of another code
+version is ended, a lost one is started again once, and `keep_agents: false` ends them all.
 """
 from __future__ import annotations
 
@@ -36,11 +42,17 @@ import time
 from collections import Counter
 from pathlib import Path
 
-WORKER_START_S = 20.0  # a node's first task starts a Python worker there (seconds on a busy node)
+WORKER_START_S = 20.0  # starting a node's agent starts a Python worker there (seconds on a busy node)
 FINGERPRINT_BYTES = 1 << 20  # head and tail hashed per file: catches a different copy cheaply
 MAX_FILES = 500  # per directory path; model dirs hold a handful of files
-STACK_SOURCE = ("verl",)
-SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")  # never leave the node  # packages whose git commit counts as their code version
+STACK_SOURCE = ("verl",)  # packages whose git commit counts as their code version
+CODE_ROOT = Path(__file__).resolve().parents[1]  # driver side: the doctor checkout running the check
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")  # never leave the node
+NAMESPACE = "doctor"  # Ray namespace of the agents (and of doctor's driver, which looks them up)
+AGENT_PREFIX = "node-agent-"
+AGENT_THREADS = 4  # calls one agent serves at once: a second check need not wait for a first one
+CODE_DIRS = ("checks", "knowledge")  # what the node side runs; its version names the agents
+CODE_SUFFIXES = (".py", ".toml")
 
 
 # --------------------------------------------------------------------------------------------
@@ -399,42 +411,174 @@ def _error_lines(text: str) -> list[str]:
     return keep[-4:]
 
 
+def code_files(root: Path) -> list[Path]:
+    """The node side's code and data under `root` (a doctor checkout or a node's install)."""
+    return sorted(f for d in CODE_DIRS for f in (root / d).rglob("*")
+                  if f.suffix in CODE_SUFFIXES and "__pycache__" not in f.parts and f.is_file())
+
+
+def code_version(root: Path) -> str:
+    """Hash of what the node side runs: every check and knowledge file, path and content."""
+    h = hashlib.sha256()
+    for f in code_files(root):
+        data = f.read_bytes()
+        h.update(f"{f.relative_to(root)}\0{len(data)}\0".encode() + data)
+    return h.hexdigest()[:16]
+
+
+def agent_name(version: str, node_id: str, shipped: bool = False) -> str:
+    """Unique per code version and node; `shipped`: the agent of a node without doctor, which
+    runs the copy of checks/ and knowledge/ sent with its runtime_env."""
+    return f"{AGENT_PREFIX}{version}-{node_id}" + ("-shipped" if shipped else "")
+
+
+def _loaded_code_stamp() -> tuple:
+    """Size and mtime of the node's own check/knowledge files this process imported: an agent
+    whose node upgraded doctor under it must not go on running the old code."""
+    roots = {Path(d).parent for name in CODE_DIRS if name in sys.modules
+             for d in getattr(sys.modules[name], "__path__", [])}
+    stamp = []
+    for root in sorted(roots):
+        for f in code_files(root):
+            st = f.stat()
+            stamp.append((str(f), st.st_size, st.st_mtime_ns))
+    return tuple(stamp)
+
+
+class NodeAgent:
+    """doctor's resident process on one node (a detached Ray actor holding no CPUs): each method
+    is one round of the check, run there. Every call gathers afresh; the agent keeps only its
+    imported code, and answers `stale_code` once that code changed on disk."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.code_stamp: tuple | None = None
+
+    def facts(self, req: dict, ray_node_ip: str) -> dict:
+        self.calls += 1
+        if self.code_stamp is not None and _loaded_code_stamp() != self.code_stamp:
+            return {"stale_code": "doctor's code on this node changed since its agent started"}
+        answer = node_facts(req, ray_node_ip)
+        self.code_stamp = _loaded_code_stamp()  # the first call imports the code
+        return {**answer, "agent_calls": self.calls}
+
+    def link(self, me: str, plan: dict, port: int, window: float) -> dict:
+        return link_test(me, plan, port, window)
+
+    def collective(self, req: dict, rank: int, world: int, master: str, port: int, backend: str) -> dict:
+        return collective(req, rank, world, master, port, backend)
+
+
 # --------------------------------------------------------------------------------------------
 # driver side (runs in the subprocess doctor starts)
 
-def _pinned(fn, node_id: str, runtime_env: dict | None = None):
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    opts = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False),
-            "num_cpus": 0, "max_retries": 0}
-    if runtime_env:
-        opts["runtime_env"] = runtime_env
-    return fn.options(**opts)
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
 
 
 def _gather(refs: dict, timeout: float) -> dict:
-    """node id -> result, or {"no_answer": ...} / {"error": ...}; never waits past `timeout`."""
+    """node id -> answer, {"no_answer": ...} or {"error": ...} (with "agent_lost" when the agent
+    died or cannot be reached); never waits past `timeout`."""
     import ray
+    from ray.exceptions import ActorDiedError, ActorUnavailableError
 
     ids = list(refs.values())
-    ready, pending = ray.wait(ids, num_returns=len(ids), timeout=timeout) if ids else ([], [])
+    ready, _ = ray.wait(ids, num_returns=len(ids), timeout=timeout) if ids else ([], [])
     ready_set = set(ready)
     out = {}
     for node, ref in refs.items():
         if ref not in ready_set:
             out[node] = {"no_answer": f"no answer within {timeout:g} s"}
-            ray.cancel(ref, force=True)
             continue
         try:
             out[node] = ray.get(ref)
-        except Exception as exc:  # the task failed on that node: a finding, not a crash
-            out[node] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+        except (ActorDiedError, ActorUnavailableError) as exc:
+            out[node] = {"error": _first_line(exc), "agent_lost": True}
+        except Exception as exc:  # the call failed on that node: a finding, not a crash
+            out[node] = {"error": _first_line(exc)}
     return out
 
 
+class Agents:
+    """doctor's agent on every alive node: the one of this code version where it runs, else a new
+    one (`get_if_exists`: two checks at once still make one). Agents of other versions are ended."""
+
+    def __init__(self, node_ids: list[str], version: str) -> None:
+        import ray
+
+        self.version = version
+        self.actor_class = ray.remote(NodeAgent)
+        names = set(ray.util.list_named_actors())
+        mine = f"{AGENT_PREFIX}{version}-"
+        end_agents([n for n in names if n.startswith(AGENT_PREFIX) and not n.startswith(mine)])
+        self.shipped = {nid for nid in node_ids if agent_name(version, nid, shipped=True) in names}
+        self.handles = {nid: self._get_or_start(nid) for nid in node_ids}
+
+    def _get_or_start(self, node_id: str):
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        shipped = node_id in self.shipped
+        opts = {"name": agent_name(self.version, node_id, shipped), "namespace": NAMESPACE,
+                "get_if_exists": True, "lifetime": "detached", "max_restarts": 0, "num_cpus": 0,
+                "max_concurrency": AGENT_THREADS,
+                "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
+        if shipped:
+            opts["runtime_env"] = _code_runtime_env()
+        return self.actor_class.options(**opts).remote()
+
+    def ask(self, method: str, args: dict[str, tuple], timeout: float) -> dict:
+        """One call per node, all in parallel. An agent that gives no answer in time is ended: it
+        may be wedged, and the next check starts a new one."""
+        refs = {nid: getattr(self.handles[nid], method).remote(*a) for nid, a in args.items()}
+        answers = _gather(refs, timeout)
+        for nid, a in answers.items():
+            if "no_answer" in a:
+                self.stop(nid)
+        return answers
+
+    def restart(self, node_id: str, shipped: bool) -> None:
+        self.stop(node_id)
+        if shipped:
+            self.shipped.add(node_id)
+        self.handles[node_id] = self._get_or_start(node_id)
+
+    def stop(self, node_id: str) -> None:
+        import ray
+
+        try:
+            ray.kill(self.handles[node_id], no_restart=True)
+        except Exception:  # already gone
+            pass
+
+
+def end_agents(names: list[str] | None = None) -> int:
+    """End doctor's agents in this cluster (all of them by default); how many were asked to end."""
+    import ray
+
+    if names is None:
+        names = [n for n in ray.util.list_named_actors() if n.startswith(AGENT_PREFIX)]
+    for name in names:
+        try:
+            ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+        except Exception:  # it ended meanwhile
+            pass
+    return len(names)
+
+
 def _code_runtime_env() -> dict:
-    root = Path(__file__).resolve().parents[1]
-    return {"py_modules": [str(root / "checks"), str(root / "knowledge")], "excludes": ["__pycache__"]}
+    """checks/ and knowledge/ for a node without doctor. Ray takes local directories only in
+    `ray.init`'s job-wide runtime_env; for one actor they are uploaded first (Ray's own helper,
+    the one `ray.init` uses) and named by their gcs:// package URIs."""
+    import tempfile
+
+    from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
+
+    env = {"py_modules": [str(CODE_ROOT / d) for d in CODE_DIRS], "excludes": ["__pycache__"]}
+    with tempfile.TemporaryDirectory(prefix="doctor-ship-") as scratch:
+        env = upload_py_modules_if_needed(env, include_gitignore=True, scratch_dir=scratch)
+    env.pop("excludes", None)  # used by the upload only
+    return env
 
 
 class NoCluster(Exception):
@@ -471,7 +615,7 @@ def run(req: dict) -> dict:
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     t0 = time.perf_counter()
     address = _reachable_gcs(req.get("address"), float(req["timeout"]))
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False, namespace="doctor-cluster")
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False, namespace=NAMESPACE)
     connect_s = time.perf_counter() - t0
     all_nodes = ray.nodes()
     alive = [n for n in all_nodes if n.get("Alive")]
@@ -483,16 +627,9 @@ def run(req: dict) -> dict:
     dead = [{"id": n["NodeID"], "ip": n["NodeManagerAddress"]} for n in all_nodes if not n.get("Alive")]
     timeout = float(req["timeout"])
 
-    facts_task = ray.remote(node_facts)
     t_facts = time.perf_counter()
-    refs = {nid: _pinned(facts_task, nid).remote(req, info["ip"]) for nid, info in nodes.items()}
-    answers = _gather(refs, timeout + WORKER_START_S)
-    missing_code = [nid for nid, a in answers.items() if a.get("need_code")]
-    if missing_code:  # that node has no doctor: ship checks/ and knowledge/ to it
-        env = _code_runtime_env()
-        retry = {nid: _pinned(facts_task, nid, env).remote(req, nodes[nid]["ip"]) for nid in missing_code}
-        answers.update(_gather(retry, timeout + WORKER_START_S + 30))
-    for nid, a in answers.items():
+    agents = Agents(list(nodes), code_version(CODE_ROOT))
+    for nid, a in _facts_round(agents, req, nodes, timeout).items():
         nodes[nid].update(a)
     report = {"address": req.get("address"), "head_ip": head_ip, "connect_s": round(connect_s, 3),
               "facts_s": round(time.perf_counter() - t_facts, 3),
@@ -507,19 +644,46 @@ def run(req: dict) -> dict:
         counts = Counter((t, a) for addrs in plan.values() for t, a in addrs.items())
         plan = {nid: {t: a for t, a in addrs.items() if counts[(t, a)] == 1} for nid, addrs in plan.items()}
         port = random.randint(42000, 48000)
-        link_task = ray.remote(link_test)
         window = min(timeout, 5.0)
-        link_refs = {nid: _pinned(link_task, nid).remote(nid, plan, port, window) for nid in ok_nodes}
-        report["link"] = {"port": port, "by_node": _gather(link_refs, window + timeout)}
+        report["link"] = {"port": port, "by_node": agents.ask(
+            "link", {nid: (nid, plan, port, window) for nid in ok_nodes}, window + timeout)}
         if req.get("deep"):
-            report["collective"] = _collective_round(req, nodes, ok_nodes, timeout)
+            report["collective"] = _collective_round(agents, req, nodes, ok_nodes, timeout)
+    report["agents"] = _agents_summary(nodes, keep=req.get("keep_agents", True))
+    if not report["agents"]["kept"]:
+        end_agents()
     return report
 
 
-def _collective_round(req: dict, nodes: dict, ok_nodes: list[str], timeout: float) -> dict:
-    """Gloo across every node; NCCL/HCCL too where every node has devices of that kind."""
-    import ray
+def _facts_round(agents: Agents, req: dict, nodes: dict, timeout: float) -> dict:
+    """Round 1 on every node. A node whose agent was lost (node restarted, agent killed) or runs
+    code changed on disk gets a new agent once; a node without doctor, one with the code shipped."""
+    def ask(node_ids, bound):
+        return agents.ask("facts", {nid: (req, nodes[nid]["ip"]) for nid in node_ids}, bound)
 
+    bound = timeout + WORKER_START_S
+    answers = ask(nodes, bound)
+    retry = {nid: nid in agents.shipped or bool(a.get("need_code")) for nid, a in answers.items()
+             if a.get("agent_lost") or a.get("stale_code") or (a.get("need_code") and nid not in agents.shipped)}
+    for nid, shipped in retry.items():
+        agents.restart(nid, shipped)
+    if retry:
+        answers.update(ask(retry, bound + 30))  # +30: unpacking the shipped code on the node
+    return answers
+
+
+def _agents_summary(nodes: dict, keep: bool) -> dict:
+    """Per node whether its agent was started by this check or reused; and the counts."""
+    for n in nodes.values():
+        if n.get("agent_calls"):
+            n["agent"] = "started" if n.pop("agent_calls") == 1 else "reused"
+    states = Counter(n.get("agent") for n in nodes.values() if n.get("agent"))
+    return {"reused": states["reused"], "started": states["started"], "kept": bool(keep),
+            "namespace": NAMESPACE}
+
+
+def _collective_round(agents: Agents, req: dict, nodes: dict, ok_nodes: list[str], timeout: float) -> dict:
+    """Gloo across every node; NCCL/HCCL too where every node has devices of that kind."""
     # Rank 0 on the head (where verl's driver puts the store), else the first node.
     ordered = sorted(ok_nodes, key=lambda nid: (not nodes[nid]["head"], nodes[nid]["ip"]))
     master = nodes[ordered[0]]["ip"]
@@ -529,13 +693,11 @@ def _collective_round(req: dict, nodes: dict, ok_nodes: list[str], timeout: floa
         backends.append("nccl")
     if all(d.get("davinci") for d in devices):
         backends.append("hccl")
-    task = ray.remote(collective)
     out = {"master": master, "ranks": {nid: i for i, nid in enumerate(ordered)}}
     for backend in backends:
         port = random.randint(48001, 54000)
-        refs = {nid: _pinned(task, nid).remote(req, i, len(ordered), master, port, backend)
-                for i, nid in enumerate(ordered)}
-        out[backend] = _gather(refs, collective_bound(timeout) + 15)
+        args = {nid: (req, i, len(ordered), master, port, backend) for i, nid in enumerate(ordered)}
+        out[backend] = agents.ask("collective", args, collective_bound(timeout) + 15)
     out["bound_s"] = collective_bound(timeout)
     return out
 

@@ -1,7 +1,8 @@
 """`doctor check --cluster [ADDRESS]`: every node of a running Ray cluster, compared.
 
 doctor's own process never imports Ray: the fan-out (`checks/cluster_probe.py`) runs in a
-subprocess of the target interpreter with a deadline, gathers each node's facts there, and
+subprocess of the target interpreter with a deadline, gathers each node's facts there (through
+doctor's idle agent on each node, kept for the next check unless `keep_agents` is off), and
 writes one JSON report. Here the report becomes findings: the cross-node comparison and link
 tests (`checks/cluster.py`, category `cluster`), and the ordinary local checks run once per node
 on that node's facts. A finding every node shares is shown once; one that differs names its node.
@@ -83,16 +84,18 @@ def expected_shape(ctx) -> tuple[int | None, int | None]:
         return None, None
 
 
-def probe_cluster(ctx, address: str | None, paths: list[str]) -> dict:
+def probe_cluster(ctx, address: str | None, paths: list[str], keep_agents: bool = True) -> dict:
     """Run the fan-out in the target interpreter; its report, or DoctorError in one line."""
     from checks.cluster_probe import WORKER_START_S, collective_bound
 
-    budget = (CONNECT_S + 3 * ctx.timeout + 2 * WORKER_START_S + 30
+    # connect; facts, and again on a node whose agent is started anew; link; (deep) the collectives
+    budget = (CONNECT_S + 3 * ctx.timeout + 2 * WORKER_START_S + 60
               + (2 * (collective_bound(ctx.timeout) + 15) if ctx.deep else 0))
     with tempfile.TemporaryDirectory(prefix="doctor-cluster-") as tmp:
         out = os.path.join(tmp, "report.json")
         req = {"address": address, "cwd": str(ctx.cwd), "python": ctx.python, "timeout": ctx.timeout,
-               "deep": ctx.deep, "launch": _launch_json(ctx.launch), "paths": paths, "out": out}
+               "deep": ctx.deep, "launch": _launch_json(ctx.launch), "paths": paths, "out": out,
+               "keep_agents": keep_agents}
         env = dict(ctx.env)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         try:
@@ -147,10 +150,11 @@ def _merge_nodes(per_node: dict[str, list[CheckResult]], n_nodes: int) -> list[C
     return merged
 
 
-def run_cluster_checks(ctx, address: str | None, only: set[str] | None, skip: set[str] | None) -> list[CheckResult]:
+def run_cluster_checks(ctx, address: str | None, only: set[str] | None, skip: set[str] | None,
+                       keep_agents: bool = True) -> list[CheckResult]:
     paths = launch_paths(ctx)
     t0 = time.perf_counter()
-    report = probe_cluster(ctx, address, list(paths))
+    report = probe_cluster(ctx, address, list(paths), keep_agents)
     probe_s = time.perf_counter() - t0
     nnodes, gpus = expected_shape(ctx)
     view = ClusterView(report, nnodes=nnodes, gpus_per_node=gpus, path_keys=paths)
