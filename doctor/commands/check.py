@@ -28,6 +28,9 @@ def _cats(value: str | None) -> set[str] | None:
               help="Number of nodes the job spans (default: trainer.nnodes from LAUNCH).")
 @click.option("--cluster", "cluster", is_flag=False, flag_value="auto", default=None,
               metavar="[ADDRESS]", help="Probe every node of a running Ray cluster.")
+@click.option("--keep-agents/--no-keep-agents", default=True,
+              help="With --cluster: leave doctor's idle agent on each node for the next check (default), "
+                   "or end them after this one.")
 @click.option("--deep", is_flag=True, help="Also import the accelerator stack and run a collective.")
 @click.option("--device-memory", default=None, help="Device memory per accelerator (e.g. 64GiB).")
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout (schema doctor.check/v1).")
@@ -39,7 +42,7 @@ def _cats(value: str | None) -> set[str] | None:
 @click.option("--timeout", type=float, default=20.0, help="Seconds allowed for each probe.")
 @click.option("-v", "--verbose", is_flag=True, help="Show passing checks and evidence.")
 @click.argument("launch", nargs=-1, type=click.UNPROCESSED)
-def command(cwd, python, nodes, cluster, deep, device_memory, as_json, junit, fmt, strict, only,
+def command(cwd, python, nodes, cluster, keep_agents, deep, device_memory, as_json, junit, fmt, strict, only,
             skip, timeout, verbose, launch):
     """Check this machine (or every node with --cluster) before launching LAUNCH."""
     from checks.context import CheckContext
@@ -50,6 +53,8 @@ def command(cwd, python, nodes, cluster, deep, device_memory, as_json, junit, fm
     base = Path(cwd).resolve() if cwd else Path.cwd()
     if cwd and not base.is_dir():
         raise DoctorError(f"--cwd {cwd}: not a directory")
+    if not keep_agents and not cluster:
+        raise DoctorError("--no-keep-agents goes with --cluster (the agents are the cluster check's)")
     try:
         parsed = parse_launch(list(launch), cwd=base) if launch else None
     except LaunchError as exc:
@@ -60,7 +65,7 @@ def command(cwd, python, nodes, cluster, deep, device_memory, as_json, junit, fm
     if cluster:
         from doctor.cluster import run_cluster_checks
 
-        results = run_cluster_checks(ctx, None if cluster == "auto" else cluster, only_s, skip_s)
+        results = run_cluster_checks(ctx, None if cluster == "auto" else cluster, only_s, skip_s, keep_agents)
     else:
         import threading
 
