@@ -88,7 +88,8 @@ def _plant(cluster: NetnsCluster, name: str) -> None:
     cluster.b_plant = name
 
 
-def _doctor(cluster: NetnsCluster, *extra: str) -> tuple[dict, float]:
+def _doctor(cluster: NetnsCluster, *extra: str, root: Path = ROOT) -> tuple[dict, float]:
+    """`doctor check --cluster` from host A, run from the doctor checkout at `root`."""
     lay = cluster.layout
     argv = [cluster.python, "-m", "doctor", "check", "--cluster", cluster.address, "--json",
             "--python", cluster.python, "--cwd", str(lay["launch"]),
@@ -99,7 +100,7 @@ def _doctor(cluster: NetnsCluster, *extra: str) -> tuple[dict, float]:
             f"actor_rollout_ref.model.path={lay['model']}", f"data.train_files={lay['data'] / 'train.parquet'}",
             "trainer.nnodes=2", "trainer.n_gpus_per_node=1"]
     t0 = time.monotonic()
-    r = cluster.run("a", argv, cwd=ROOT, timeout=300)
+    r = cluster.run("a", argv, cwd=root, timeout=300)
     elapsed = time.monotonic() - t0
     assert r.returncode in (0, 1), r.stderr[-3000:]
     assert "Traceback" not in r.stderr
