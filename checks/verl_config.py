@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -139,7 +140,8 @@ class ConfigProbe:
         self.error: str | None = None
         try:
             self.proc = subprocess.Popen([python, "-c", PROBE_SOURCE], cwd=str(cwd), env=env, text=True,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         start_new_session=True)
         except OSError as exc:
             self.proc, self.error = None, f"cannot run {python}: {exc.strerror}"
             return
@@ -169,9 +171,13 @@ class ConfigProbe:
         return None, f"the config probe failed (exit {self.proc.returncode}): {tail}"
 
     def _end(self) -> None:
+        """Kill the probe and all it started: a wrapper script's children would keep the pipes open."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate()
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                self.proc.kill()
+            self.proc.wait()
 
     def __enter__(self) -> "ConfigProbe":
         return self
