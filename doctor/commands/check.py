@@ -67,16 +67,7 @@ def command(cwd, python, nodes, cluster, keep_agents, deep, device_memory, as_js
 
         results = run_cluster_checks(ctx, None if cluster == "auto" else cluster, only_s, skip_s, keep_agents)
     else:
-        import threading
-
-        def prefetch():  # an error here is met again, and reported, by the first check
-            try:
-                ctx.get_facts()
-            except Exception:
-                pass
-
-        # Start probing the node now, so the target interpreter runs while the checks import.
-        threading.Thread(target=prefetch, daemon=True).start()
+        ctx.prefetch()  # the target interpreter runs while the checks import
         results = run_checks(select(all_checks(), only_s, skip_s), ctx)
     if junit:
         try:
