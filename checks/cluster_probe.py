@@ -136,6 +136,10 @@ def git_state(path: str | None) -> dict | None:
             return None
         return r.stdout.strip() if r.returncode == 0 else None
 
+    # A package the checkout does not track is no source checkout of it: a pip-installed copy in a
+    # virtualenv that happens to live inside some git checkout (a .venv in a project) has no commit.
+    if not git("ls-files", "--error-unmatch", "--", str(d.relative_to(cand))):
+        return None
     commit = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no")
     return {"root": str(cand), "commit": commit, "dirty": bool(status) if status is not None else None}

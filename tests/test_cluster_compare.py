@@ -178,6 +178,12 @@ def test_git_state_of_a_source_checkout(tmp_path):
     (repo / "verl" / "__init__.py").write_text("x = 1\n")
     assert git_state(str(repo / "verl"))["dirty"] is True
     assert git_state(str(tmp_path)) is None
+    # A pip-installed copy in a virtualenv kept inside the checkout (ignored by it) has no commit.
+    installed = repo / ".venv" / "lib" / "site-packages" / "verl"
+    installed.mkdir(parents=True)
+    (installed / "__init__.py").write_text("")
+    (repo / ".gitignore").write_text(".venv/\n")
+    assert git_state(str(installed / "__init__.py")) is None
 
 
 def test_unreachable_cluster_is_one_line_exit_2(doctor):
