@@ -39,7 +39,8 @@ def ours_overrides(tiny: Path, run_dir: Path, steps: int, length: int, seed: int
         "actor_rollout_ref.model.enable_gradient_checkpointing=False",
         "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.weight_decay=0.0",
         "actor_rollout_ref.actor.grad_clip=1.0", "actor_rollout_ref.actor.loss_agg_mode=token-mean",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={32 // workers}",  # the whole mini batch per worker
         "actor_rollout_ref.actor.use_kl_loss=False", "actor_rollout_ref.actor.entropy_coeff=0",
         "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.rollout.temperature=1.0",
         "trainer.nnodes=1", f"trainer.n_gpus_per_node={workers}", "trainer.device=cpu",
