@@ -90,7 +90,7 @@ def install_copy(base: Path) -> Path:
 
 def end_agents(doctor_root: Path, address: str, env: dict) -> None:
     """End doctor's agents on a cluster, the way `--no-keep-agents` does (not `ray stop`)."""
-    code = ("import ray\nfrom checks.cluster_probe import NAMESPACE, end_agents\n"
+    code = ("import ray\nfrom checks.cluster_agents import NAMESPACE, end_agents\n"
             f"ray.init(address={address!r}, namespace=NAMESPACE, logging_level='ERROR', log_to_driver=False)\n"
             "end_agents()\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=doctor_root, capture_output=True, text=True,

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from checks.cluster_probe import parse_ifname_list
+from checks.cluster_node import parse_ifname_list
 from checks.facts import installed_dist, winner_path
 from checks.model import Finding
 

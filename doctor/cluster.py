@@ -2,10 +2,11 @@
 
 doctor's own process never imports Ray: the fan-out (`checks/cluster_probe.py`) runs in a
 subprocess of the target interpreter with a deadline, gathers each node's facts there (through
-doctor's idle agent on each node, kept for the next check unless `keep_agents` is off), and
-writes one JSON report. Here the report becomes findings: the cross-node comparison and link
-tests (`checks/cluster.py`, category `cluster`), and the ordinary local checks run once per node
-on that node's facts. A finding every node shares is shown once; one that differs names its node.
+doctor's idle agent on each node, `checks/cluster_agents.py`, kept for the next check unless
+`keep_agents` is off), and writes one JSON report. Here the report becomes findings: the
+cross-node comparison and link tests (`checks/cluster.py`, category `cluster`), and the ordinary
+local checks run once per node on that node's facts. A finding every node shares is shown once;
+one that differs names its node.
 """
 from __future__ import annotations
 
@@ -86,7 +87,8 @@ def expected_shape(ctx) -> tuple[int | None, int | None]:
 
 def probe_cluster(ctx, address: str | None, paths: list[str], keep_agents: bool = True) -> dict:
     """Run the fan-out in the target interpreter; its report, or DoctorError in one line."""
-    from checks.cluster_probe import WORKER_START_S, collective_bound
+    from checks.cluster_collective import collective_bound
+    from checks.cluster_probe import WORKER_START_S
 
     # connect; facts, and again on a node whose agent is started anew; link; (deep) the collectives
     budget = (CONNECT_S + 3 * ctx.timeout + 2 * WORKER_START_S + 60

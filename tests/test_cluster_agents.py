@@ -1,4 +1,4 @@
-"""doctor's agents on the nodes (checks/cluster_probe.py `NodeAgent`): a repeated `doctor check
+"""doctor's agents on the nodes (checks/cluster_agents.py `NodeAgent`): a repeated `doctor check
 --cluster` asks the agent already running on each node instead of starting a Python process there.
 On the two-namespace cluster of test_cluster.py: reuse with fresh facts, `--no-keep-agents`, and
 an agent killed between checks; and, without Ray, the version naming that keeps an upgraded
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from checks.cluster_probe import AGENT_PREFIX, agent_name, code_version
+from checks.cluster_agents import AGENT_PREFIX, agent_name, code_version
 from tests.netns import ROOT, NetnsCluster
 from tests.test_cluster import _doctor as _doctor_at, _failures, two_hosts  # noqa: F401 (the module's cluster)
 
