@@ -90,7 +90,7 @@ class StaticDecoder:
         bs, width = ids.shape
         total = self.keys[0].shape[2]
         real = torch.cat([mask.bool(), mask.new_ones((bs, total - width), dtype=torch.bool)], dim=1)
-        self.key_bias = torch.zeros(real.shape, dtype=self.cos.dtype, device=ids.device).masked_fill(
+        self.key_bias = torch.zeros(real.shape, dtype=torch.float32, device=ids.device).masked_fill(
             ~real, float("-inf"))[:, None, None, :]
         causal = torch.ones((width, width), dtype=torch.bool, device=ids.device).tril()
         # A padding position attends to itself too: its row is never all masked (NaN-free), and no
@@ -112,7 +112,8 @@ class StaticDecoder:
         def attend(attn, q, k, v):
             # (bs, kv_heads, group, dim) x (bs, kv_heads, dim, keys): the query heads of a group share k/v.
             scores = torch.matmul(q.view(bs, self.kv_heads, group, self.head_dim), k.transpose(-1, -2))
-            weights = (scores * attn.scaling + bias).softmax(-1)
+            # softmax in fp32 as SDPA's kernels do (a no-op on an fp32 model)
+            weights = (scores.float() * attn.scaling + bias).softmax(-1).to(v.dtype)
             return torch.matmul(weights, v).view(bs, self.heads, 1, self.head_dim)
 
         return self._forward(tokens[:, None], positions, attend)
