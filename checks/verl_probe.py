@@ -232,9 +232,10 @@ def _task_data(req: dict, cfg: dict) -> dict:
 
 
 def _parquet(paths: list[str]):
-    """pyarrow.parquet, or None when there is no file to read: its import costs more than the rest of
-    the probe's data task. Without pyarrow here the task fails either way, as verl's dataset would."""
-    if any(os.path.isfile(p) for p in paths) or importlib.util.find_spec("pyarrow") is None:
+    """pyarrow.parquet, or None when there is no file to read (its import costs more than the rest of
+    the probe's data task, and a missing file is reported as such). With a file to read and no pyarrow
+    here the task fails, as verl's dataset would."""
+    if any(os.path.isfile(p) for p in paths):
         import pyarrow.parquet as pq
 
         return pq

@@ -141,3 +141,17 @@ def test_unregistered_data_source_without_custom_reward(doctor, tmp_path):
     lab(job2, no_model, rows(16, source="verl_doctor/digits"))
     f = findings(doctor, job2, only="config.reward_source")["config.reward_source"][0]
     assert f["status"] == "pass"
+
+
+def test_missing_files_are_the_finding_even_where_the_interpreter_has_no_pyarrow(doctor, tmp_path, tiny_model):
+    """A missing parquet file is reported as missing, not as 'could not measure: no pyarrow'."""
+    import subprocess
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    job = lab(tmp_path, tiny_model, None)  # no train.parquet written
+    r = doctor("check", "--json", "--only", "data", "--python", str(tmp_path / "bare" / "bin" / "python"),
+               "--cwd", str(job), "--", "bash", "run.sh", timeout=300)
+    assert r.returncode == 1, r.stderr
+    found = json.loads(r.stdout)["findings"]
+    assert any(f["id"] == "data.train_files" and "does not exist" in f["message"] for f in found)
+    assert not any("pyarrow" in f["message"] for f in found), [f["message"] for f in found]
