@@ -231,13 +231,17 @@ def test_static_decoder_logits_match_the_models_forward(tiny, kind):
             logits = decoder.step(token, position_ids(mask)[:, -1:])
 
 
-def test_models_the_static_decoder_does_not_cover_use_transformers_forward(tiny):
+@pytest.mark.parametrize("uncovered", [
+    {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}},
+    {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 0},
+], ids=["dynamic-rope", "sliding-window"])
+def test_models_the_static_decoder_does_not_cover_use_transformers_forward(tiny, uncovered):
     from transformers import GenerationConfig
 
     from trainer import decode
     from trainer.rollout import generate_sequences
 
-    model = _random_decoder("qwen2", rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
+    model = _random_decoder("qwen2", **uncovered)
     assert not decode.supports(model)
     _, prompts = _prompts(tiny, 3)
     prompts[0] = prompts[0][4:]

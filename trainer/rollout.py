@@ -84,16 +84,14 @@ def _transformers_decoding(model, ids, mask, positions, max_new_tokens: int):
     cache = DynamicCache()
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                 use_cache=True, logits_to_keep=1)
-    # Each decode step's mask, filled up front: step t attends to the prompt and t + 1 new tokens. It is
-    # given as SDPA's (bs, 1, 1, keys) boolean mask, which the model uses as is (one query attends to all
-    # earlier keys, so there is no causal part to add), instead of rebuilding it from 2-D every token.
+    # The 2-D padding mask, extended by one per new token: the model builds its own attention mask from
+    # it, so whatever it does (sliding windows, ...) is done here too.
     attn = torch.cat([mask, torch.ones((bs, max_new_tokens), dtype=mask.dtype, device=ids.device)], dim=1)
-    attn = attn.bool()[:, None, None, :]
     seen = [ids.shape[1]]
 
     def step(token: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         seen[0] += 1
-        out = model(input_ids=token[:, None], attention_mask=attn[..., :seen[0]], position_ids=pos,
+        out = model(input_ids=token[:, None], attention_mask=attn[:, :seen[0]], position_ids=pos,
                     past_key_values=cache, use_cache=True)
         return out.logits[:, -1, :].float()
 
