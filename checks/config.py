@@ -331,7 +331,7 @@ def _round_up(B, minimal, n) -> int:
 # --- what verl checks late, or never ---------------------------------------------------------------
 
 def late_problems(cfg: dict, devices_per_node: int | None = None, cpus: int | None = None,
-                  flash_attn: bool | None = None, npu: bool = False) -> list[Problem]:
+                  flash_attn: bool | None = None, npu: bool = False, devices_limit: str | None = None) -> list[Problem]:
     out: list[Problem] = []
     actor = get(cfg, "actor_rollout_ref.actor", {}) or {}
     rollout = get(cfg, "actor_rollout_ref.rollout", {}) or {}
@@ -382,11 +382,15 @@ def late_problems(cfg: dict, devices_per_node: int | None = None, cpus: int | No
                            "actor_rollout_ref.rollout.name=vllm (or sglang)",
                            keys=["actor_rollout_ref.rollout.name"]))
     if devices_per_node is not None and devices_per_node < per_node:
+        has = (f"{devices_limit} leaves Ray {devices_per_node} of this node's devices" if devices_limit
+               else f"this node has {devices_per_node} devices")
         out.append(Problem("config.devices",
-                           f"trainer.n_gpus_per_node={per_node} but this node has {devices_per_node} devices: "
+                           f"trainer.n_gpus_per_node={per_node} but {has}: "
                            f"verl stops with 'Total available GPUs {devices_per_node * nnodes} is less than total "
                            f"desired GPUs {world}'",
-                           f"trainer.n_gpus_per_node={devices_per_node}", keys=["trainer.n_gpus_per_node"]))
+                           f"trainer.n_gpus_per_node={devices_per_node}"
+                           + (f" (or list {per_node} devices in {devices_limit.split('=')[0]} before `ray start`)"
+                              if devices_limit else ""), keys=["trainer.n_gpus_per_node"]))
     if get(cfg, "trainer.save_freq", -1) in (-1, 0, None) and get(cfg, "trainer.resume_mode") == "auto":
         out.append(Problem("config.resume_nothing",
                            "trainer.resume_mode=auto with trainer.save_freq=-1: no checkpoint is ever written, "
@@ -531,11 +535,31 @@ def check_runtime(ctx):
     devices = facts.get("devices") or {}
     npu = (bool(devices.get("davinci")) or bool(_installed(facts, "torch_npu"))
            or get(cfg, "trainer.device") == "npu")  # flash attention comes with torch_npu there
-    count = devices.get("davinci") or devices.get("nvidia") or None
+    count, limit = visible_devices(devices, ctx.env)
     flash = _installed(facts, "flash_attn")
     cpus = ctx.options.get("ray_cpus") or os.cpu_count()
-    problems = late_problems(cfg, devices_per_node=count, cpus=cpus, flash_attn=flash, npu=npu)
+    problems = late_problems(cfg, devices_per_node=count, cpus=cpus, flash_attn=flash, npu=npu, devices_limit=limit)
     return [_finding(p, sess) for p in problems]
+
+
+VISIBLE_VARS = {"davinci": "ASCEND_RT_VISIBLE_DEVICES", "nvidia": "CUDA_VISIBLE_DEVICES"}
+
+
+def visible_devices(devices: dict, env: dict[str, str]) -> tuple[int | None, str | None]:
+    """The accelerators Ray will count on this node, and the variable that narrows them (if it does).
+
+    Ray counts the devices, then keeps at most as many as the visible-devices variable lists ("" or
+    NoDevFiles: none) -- ray/_private/resource_and_label_spec.py, accelerators/npu.py (Ray 2.60)."""
+    for kind, var in VISIBLE_VARS.items():
+        count = devices.get(kind)
+        if not count:
+            continue
+        value = env.get(var)
+        if value is None:
+            return count, None
+        listed = [] if value in ("", "NoDevFiles") else value.split(",")
+        return (min(count, len(listed)), f"{var}={value}") if len(listed) < count else (count, None)
+    return None, None
 
 
 def _installed(facts: dict, name: str) -> bool | None:

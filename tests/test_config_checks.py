@@ -158,3 +158,27 @@ def test_a_script_without_a_trainer_call_is_one_line_exit_2(doctor, tmp_path):
     r = doctor("check", "--only", "config", "--", "bash", str(script))
     assert r.returncode == 2 and "no python command found" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("devices, env, seen", [
+    ({"davinci": 8}, {}, (8, None)),
+    ({"davinci": 8}, {"ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3"}, (4, "ASCEND_RT_VISIBLE_DEVICES=0,1,2,3")),
+    ({"davinci": 8}, {"ASCEND_RT_VISIBLE_DEVICES": "NoDevFiles"}, (0, "ASCEND_RT_VISIBLE_DEVICES=NoDevFiles")),
+    ({"davinci": 8}, {"ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}, (8, None)),
+    ({"nvidia": 2}, {"CUDA_VISIBLE_DEVICES": "1", "ASCEND_RT_VISIBLE_DEVICES": ""}, (1, "CUDA_VISIBLE_DEVICES=1")),
+    ({}, {"CUDA_VISIBLE_DEVICES": "0"}, (None, None)),
+])
+def test_visible_devices_counts_what_ray_will(devices, env, seen):
+    from checks.config import visible_devices
+
+    assert visible_devices(devices, env) == seen
+
+
+def test_a_visible_devices_variable_narrower_than_n_gpus_per_node_is_named():
+    from checks.config import visible_devices
+
+    count, limit = visible_devices({"davinci": 8}, {"ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3"})
+    cfg = compose_snapshot(GOOD).config  # trainer.n_gpus_per_node=8
+    (problem,) = [p for p in late_problems(cfg, devices_per_node=count, devices_limit=limit) if p.id == "config.devices"]
+    assert "ASCEND_RT_VISIBLE_DEVICES=0,1,2,3 leaves Ray 4 of this node's devices" in problem.message
+    assert problem.fix.startswith("trainer.n_gpus_per_node=4") and "ASCEND_RT_VISIBLE_DEVICES" in problem.fix
