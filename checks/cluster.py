@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from checks.cluster_node import parse_ifname_list
-from checks.facts import installed_dist, winner_path
+from checks.facts import installed_dist, visible_devices, winner_path
 from checks.model import Finding
 
 # Variables naming the interface a transport binds (syntax: research/ascend.md 5.1).
@@ -330,13 +330,18 @@ def devices_match(view: ClusterView) -> list[Finding]:
                                 f"set trainer.n_gpus_per_node={real} or use nodes with {view.gpus_per_node} devices",
                                 {"devices": real, "n_gpus_per_node": view.gpus_per_node}, n["label"]))
         if real and ray_count < real:
+            visible, limit = visible_devices(n["facts"].get("devices") or {}, n.get("env") or {})
+            if limit and ray_count == visible:  # the node's `ray start` environment narrowed it on purpose?
+                why = f"{limit} in the environment of its `ray start` leaves Ray {visible}"
+                fix = f"on {n['label']}: list every device in {limit.split('=')[0]} (or unset it), then `ray start` again"
+            else:
+                why = "Ray's NPU detector without pyACL counts /dev/davinci? only, single digits"
+                fix = f"on {n['label']}: ray start ... --resources='{{\"{resource}\": {real}}}'"
             out.append(_finding("cluster.devices", "fail" if view.gpus_per_node and ray_count < view.gpus_per_node
                                 else "warn",
                                 f"Ray counts {ray_count} {resource}s on {n['label']}, which has {real}",
                                 f"Ray's {resource} resource on {n['label']} is {ray_count} but the node has {real} "
-                                "devices (Ray's NPU detector without pyACL counts /dev/davinci? only, single digits)",
-                                f"on {n['label']}: ray start ... --resources='{{\"{resource}\": {real}}}'",
-                                {"ray": ray_count, "devices": real}, n["label"]))
+                                f"devices ({why})", fix, {"ray": ray_count, "devices": real}, n["label"]))
     return out
 
 

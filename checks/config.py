@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from checks.facts import visible_devices
 from checks.model import Finding
 from checks.registry import check
 
@@ -540,26 +541,6 @@ def check_runtime(ctx):
     cpus = ctx.options.get("ray_cpus") or os.cpu_count()
     problems = late_problems(cfg, devices_per_node=count, cpus=cpus, flash_attn=flash, npu=npu, devices_limit=limit)
     return [_finding(p, sess) for p in problems]
-
-
-VISIBLE_VARS = {"davinci": "ASCEND_RT_VISIBLE_DEVICES", "nvidia": "CUDA_VISIBLE_DEVICES"}
-
-
-def visible_devices(devices: dict, env: dict[str, str]) -> tuple[int | None, str | None]:
-    """The accelerators Ray will count on this node, and the variable that narrows them (if it does).
-
-    Ray counts the devices, then keeps at most as many as the visible-devices variable lists ("" or
-    NoDevFiles: none) -- ray/_private/resource_and_label_spec.py, accelerators/npu.py (Ray 2.60)."""
-    for kind, var in VISIBLE_VARS.items():
-        count = devices.get(kind)
-        if not count:
-            continue
-        value = env.get(var)
-        if value is None:
-            return count, None
-        listed = [] if value in ("", "NoDevFiles") else value.split(",")
-        return (min(count, len(listed)), f"{var}={value}") if len(listed) < count else (count, None)
-    return None, None
 
 
 def _installed(facts: dict, name: str) -> bool | None:

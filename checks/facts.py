@@ -282,6 +282,26 @@ def gather_facts(ctx) -> dict:
 
 # --- reading the facts (shared by the checks) -------------------------------------------------
 
+VISIBLE_VARS = {"davinci": "ASCEND_RT_VISIBLE_DEVICES", "nvidia": "CUDA_VISIBLE_DEVICES"}
+
+
+def visible_devices(devices: dict, env: dict[str, str]) -> tuple[int | None, str | None]:
+    """The accelerators Ray will count on this node, and the variable that narrows them (if it does).
+
+    Ray counts the devices, then keeps at most as many as the visible-devices variable lists ("" or
+    NoDevFiles: none) -- ray/_private/resource_and_label_spec.py, accelerators/npu.py (Ray 2.60)."""
+    for kind, var in VISIBLE_VARS.items():
+        count = devices.get(kind)
+        if not count:
+            continue
+        value = env.get(var)
+        if value is None:
+            return count, None
+        listed = [] if value in ("", "NoDevFiles") else value.split(",")
+        return (min(count, len(listed)), f"{var}={value}") if len(listed) < count else (count, None)
+    return None, None
+
+
 def probe_of(ctx) -> dict:
     return ctx.get_facts().get("probe") or {"ok": False, "error": "no probe result"}
 

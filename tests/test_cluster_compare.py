@@ -61,6 +61,21 @@ def test_ray_undercounting_npus_on_one_node(facts):
     assert "--resources='{\"NPU\": 16}'" in f.fix
 
 
+def test_ray_count_narrowed_by_the_nodes_visible_devices_variable(facts):
+    def narrowed(n):
+        n["facts"]["devices"]["davinci"] = 8
+        n["resources"]["NPU"] = 4.0
+        n["env"] = {"ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3"}
+
+    view = _pair(facts, narrowed, gpus_per_node=8)
+    view.reference["facts"]["devices"]["davinci"] = 8
+    view.reference["resources"]["NPU"] = 8.0
+    (f,) = devices_match(view)
+    assert (f.status, f.node, f.title) == ("fail", "host-b", "Ray counts 4 NPUs on host-b, which has 8")
+    assert "ASCEND_RT_VISIBLE_DEVICES=0,1,2,3 in the environment of its `ray start` leaves Ray 4" in f.message
+    assert "--resources" not in f.fix and "ASCEND_RT_VISIBLE_DEVICES" in f.fix
+
+
 def test_fewer_devices_than_n_gpus_per_node(facts):
     def devices(n, count):
         n["facts"]["devices"]["nvidia"] = count
