@@ -332,8 +332,9 @@ def devices_match(view: ClusterView) -> list[Finding]:
         if real and ray_count < real:
             visible, limit = visible_devices(n["facts"].get("devices") or {}, n.get("env") or {})
             if limit and ray_count == visible:  # the node's `ray start` environment narrowed it on purpose?
-                why = f"{limit} in the environment of its `ray start` leaves Ray {visible}"
-                fix = f"on {n['label']}: list every device in {limit.split('=')[0]} (or unset it), then `ray start` again"
+                var, value = limit
+                why = f"{var}={value} in the environment of its `ray start` leaves Ray {visible}"
+                fix = f"on {n['label']}: list every device in {var} (or unset it), then `ray start` again"
             else:
                 why = "Ray's NPU detector without pyACL counts /dev/davinci? only, single digits"
                 fix = f"on {n['label']}: ray start ... --resources='{{\"{resource}\": {real}}}'"

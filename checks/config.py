@@ -332,7 +332,8 @@ def _round_up(B, minimal, n) -> int:
 # --- what verl checks late, or never ---------------------------------------------------------------
 
 def late_problems(cfg: dict, devices_per_node: int | None = None, cpus: int | None = None,
-                  flash_attn: bool | None = None, npu: bool = False, devices_limit: str | None = None) -> list[Problem]:
+                  flash_attn: bool | None = None, npu: bool = False,
+                  devices_limit: tuple[str, str] | None = None) -> list[Problem]:
     out: list[Problem] = []
     actor = get(cfg, "actor_rollout_ref.actor", {}) or {}
     rollout = get(cfg, "actor_rollout_ref.rollout", {}) or {}
@@ -383,15 +384,16 @@ def late_problems(cfg: dict, devices_per_node: int | None = None, cpus: int | No
                            "actor_rollout_ref.rollout.name=vllm (or sglang)",
                            keys=["actor_rollout_ref.rollout.name"]))
     if devices_per_node is not None and devices_per_node < per_node:
-        has = (f"{devices_limit} leaves Ray {devices_per_node} of this node's devices" if devices_limit
+        var = devices_limit[0] if devices_limit else None
+        has = (f"{var}={devices_limit[1]} leaves Ray {devices_per_node} of this node's devices" if var
                else f"this node has {devices_per_node} devices")
         out.append(Problem("config.devices",
                            f"trainer.n_gpus_per_node={per_node} but {has}: "
                            f"verl stops with 'Total available GPUs {devices_per_node * nnodes} is less than total "
                            f"desired GPUs {world}'",
                            f"trainer.n_gpus_per_node={devices_per_node}"
-                           + (f" (or list {per_node} devices in {devices_limit.split('=')[0]} before `ray start`)"
-                              if devices_limit else ""), keys=["trainer.n_gpus_per_node"]))
+                           + (f" (or list {per_node} devices in {var} before `ray start`)" if var else ""),
+                           keys=["trainer.n_gpus_per_node"]))
     if get(cfg, "trainer.save_freq", -1) in (-1, 0, None) and get(cfg, "trainer.resume_mode") == "auto":
         out.append(Problem("config.resume_nothing",
                            "trainer.resume_mode=auto with trainer.save_freq=-1: no checkpoint is ever written, "

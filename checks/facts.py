@@ -285,8 +285,8 @@ def gather_facts(ctx) -> dict:
 VISIBLE_VARS = {"davinci": "ASCEND_RT_VISIBLE_DEVICES", "nvidia": "CUDA_VISIBLE_DEVICES"}
 
 
-def visible_devices(devices: dict, env: dict[str, str]) -> tuple[int | None, str | None]:
-    """The accelerators Ray will count on this node, and the variable that narrows them (if it does).
+def visible_devices(devices: dict, env: dict[str, str]) -> tuple[int | None, tuple[str, str] | None]:
+    """The accelerators Ray will count on this node, and the (variable, value) that narrows them, if one does.
 
     Ray counts the devices, then keeps at most as many as the visible-devices variable lists ("" or
     NoDevFiles: none) -- ray/_private/resource_and_label_spec.py, accelerators/npu.py (Ray 2.60)."""
@@ -295,10 +295,10 @@ def visible_devices(devices: dict, env: dict[str, str]) -> tuple[int | None, str
         if not count:
             continue
         value = env.get(var)
-        if value is None:
+        listed = None if value is None else [] if value in ("", "NoDevFiles") else value.split(",")
+        if listed is None or len(listed) >= count:
             return count, None
-        listed = [] if value in ("", "NoDevFiles") else value.split(",")
-        return (min(count, len(listed)), f"{var}={value}") if len(listed) < count else (count, None)
+        return len(listed), (var, value)
     return None, None
 
 

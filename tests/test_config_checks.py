@@ -162,10 +162,10 @@ def test_a_script_without_a_trainer_call_is_one_line_exit_2(doctor, tmp_path):
 
 @pytest.mark.parametrize("devices, env, seen", [
     ({"davinci": 8}, {}, (8, None)),
-    ({"davinci": 8}, {"ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3"}, (4, "ASCEND_RT_VISIBLE_DEVICES=0,1,2,3")),
-    ({"davinci": 8}, {"ASCEND_RT_VISIBLE_DEVICES": "NoDevFiles"}, (0, "ASCEND_RT_VISIBLE_DEVICES=NoDevFiles")),
+    ({"davinci": 8}, {"ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3"}, (4, ("ASCEND_RT_VISIBLE_DEVICES", "0,1,2,3"))),
+    ({"davinci": 8}, {"ASCEND_RT_VISIBLE_DEVICES": "NoDevFiles"}, (0, ("ASCEND_RT_VISIBLE_DEVICES", "NoDevFiles"))),
     ({"davinci": 8}, {"ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}, (8, None)),
-    ({"nvidia": 2}, {"CUDA_VISIBLE_DEVICES": "1", "ASCEND_RT_VISIBLE_DEVICES": ""}, (1, "CUDA_VISIBLE_DEVICES=1")),
+    ({"nvidia": 2}, {"CUDA_VISIBLE_DEVICES": "1", "ASCEND_RT_VISIBLE_DEVICES": ""}, (1, ("CUDA_VISIBLE_DEVICES", "1"))),
     ({}, {"CUDA_VISIBLE_DEVICES": "0"}, (None, None)),
 ])
 def test_visible_devices_counts_what_ray_will(devices, env, seen):
