@@ -95,6 +95,7 @@ def _wait_no_agent_processes(cluster: NetnsCluster, timeout: float = 15.0) -> li
         left = _agent_pids(cluster, "a") + _agent_pids(cluster, "b")
         if not left or time.monotonic() > deadline:
             return left
+        time.sleep(0.2)  # the agents' processes end by themselves; do not spin on /proc meanwhile
 
 
 def _named_actors(cluster: NetnsCluster) -> list[str]:
