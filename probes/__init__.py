@@ -1,0 +1,1 @@
+"""Code that runs in another interpreter or on another node: the target-interpreter probe, the config probe, the node facts and the cluster check's node side. Stdlib only at import time; what they need of the stack they import where they run."""
