@@ -83,14 +83,15 @@ def make_launch(base: Path) -> tuple[Path, list[str]]:
 def install_copy(base: Path) -> Path:
     """doctor as installed: a copy of the code this run measures."""
     root = base / "doctor-install"
-    for d in ("doctor", "checks", "knowledge"):
+    from probes.cluster_agents import CODE_DIRS
+    for d in ("doctor", *CODE_DIRS):
         shutil.copytree(ROOT / d, root / d, ignore=shutil.ignore_patterns("__pycache__"))
     return root
 
 
 def end_agents(doctor_root: Path, address: str, env: dict) -> None:
     """End doctor's agents on a cluster, the way `--no-keep-agents` does (not `ray stop`)."""
-    code = ("import ray\nfrom checks.cluster_agents import NAMESPACE, end_agents\n"
+    code = ("import ray\nfrom probes.cluster_agents import NAMESPACE, end_agents\n"
             f"ray.init(address={address!r}, namespace=NAMESPACE, logging_level='ERROR', log_to_driver=False)\n"
             "end_agents()\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=doctor_root, capture_output=True, text=True,

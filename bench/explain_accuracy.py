@@ -17,8 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from knowledge.catalog import catalog  # noqa: E402
-from knowledge.explain import explain_paths  # noqa: E402
+from matching.catalog import catalog  # noqa: E402
+from matching.explain import explain_paths  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "explain"
 

@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from knowledge.explain import default_matcher  # noqa: E402
+from matching.explain import default_matcher  # noqa: E402
 
 CLEAN = ROOT.parent / "shared" / "research" / "clean-logs"
 FIX = ROOT / "tests" / "fixtures" / "explain"

@@ -81,7 +81,7 @@ def main() -> int:
                 if i == args.big_mb // 16:
                     fh.write(FIXTURE.read_bytes())
         print(f"large log: {big.stat().st_size / 2**20:.0f} MiB")
-        explain = f"from knowledge.explain import explain_report; explain_report([{str(big)!r}])"
+        explain = f"from matching.explain import explain_report; explain_report([{str(big)!r}])"
         anchor = ["sh", "-c", f'"$0" -m doctor check >/dev/null; "$0" -c "$1"', sys.executable, explain]
         ok &= compare("report --bundle on a large log vs doctor check + explain engine",
                       [*doctor, "report", "--log", str(big), "-o", str(work / "r.md"), "--bundle", str(work / "b.tgz")],

@@ -1,6 +1,6 @@
 """Cross-node comparison of a Ray cluster, and its link tests: category `cluster`.
 
-Input is the report `checks.cluster_probe` writes (one entry per node with that node's facts,
+Input is the report `probes.cluster_driver` writes (one entry per node with that node's facts,
 gathered in the environment of its `ray start`). Every node is compared with the reference node,
 the head (where verl's driver and rank 0 live) or, when the head did not answer, the first node
 that did. Each difference is one finding that names the differing node and both values: a job
@@ -13,8 +13,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from checks.cluster_node import parse_ifname_list
-from checks.facts import installed_dist, visible_devices, winner_path
+from probes.cluster_node import parse_ifname_list
+from probes.facts import installed_dist, visible_devices, winner_path
 from checks.model import Finding
 
 # Variables naming the interface a transport binds (syntax: research/ascend.md 5.1).

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from checks.facts import visible_devices
+from probes.facts import visible_devices
 from checks.model import Finding
 from checks.registry import check
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checks.launch import Launch
+from launch.script import Launch
 
 
 @dataclass
@@ -32,7 +32,7 @@ class CheckContext:
         env = dict(os.environ)
         if launch is not None:
             env.update(launch.env)
-            from knowledge.redact import remember_secrets
+            from matching.redact import remember_secrets
 
             remember_secrets(launch.env)  # a script's `export HF_TOKEN=...` stays out of all output
         base = Path(cwd or os.getcwd()).resolve()
@@ -65,7 +65,7 @@ class CheckContext:
         """Everything known about the node, gathered once (the target-interpreter probe included)."""
         with self._lock:
             if self.facts is None:
-                from checks.facts import gather_facts
+                from probes.facts import gather_facts
 
                 self.facts = gather_facts(self)
             return self.facts

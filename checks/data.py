@@ -2,7 +2,7 @@
 custom reward function it will call, checked before launch.
 
 File structure is read here with pyarrow (footers and a few columns). Prompt lengths come from the
-config probe (`checks/verl_probe.py`), which applies the model's own tokenizer and chat template in
+config probe (`probes/verl_config.py`), which applies the model's own tokenizer and chat template in
 the target interpreter, as verl's RLHFDataset filter does, on a sample of rows (sample size stated).
 The reward file is loaded in the same probe, with verl's own loader when verl is there.
 """

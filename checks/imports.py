@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from checks.facts import installed_dist, probe_of, winner_path
+from probes.facts import installed_dist, probe_of, winner_path
 from checks.model import Finding
 from checks.registry import check
 

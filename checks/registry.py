@@ -25,7 +25,7 @@ def _no_launch(ctx) -> str | None:
 
 
 def _probe_failed(ctx) -> str | None:
-    from checks.facts import probe_of
+    from probes.facts import probe_of
 
     return None if probe_of(ctx).get("ok") else "the target interpreter could not be probed"
 

@@ -2,7 +2,7 @@
 
 Two sources, best first:
 1. verl's own packaged config (`verl/trainer/config/ppo_trainer.yaml`) in the TARGET interpreter, by
-   Hydra, in one subprocess (`checks/verl_probe.py`, run with the launch's cwd and environment). verl
+   Hydra, in one subprocess (`probes/verl_config.py`, run with the launch's cwd and environment). verl
    itself is not imported for this (that takes ~20 s); with `--deep` the probe also runs verl's own
    `validate_config`.
 2. A snapshot in `knowledge/verl/<version>/ppo_trainer.json` (verl's composed tree, generated from the
@@ -25,8 +25,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from checks import verl_probe
-from checks.launch import Launch
+from probes import verl_config as verl_probe
+from launch.script import Launch
 
 SNAPSHOTS = Path(__file__).resolve().parents[1] / "knowledge" / "verl"
 PROBE_SOURCE = Path(verl_probe.__file__).read_text()
@@ -130,7 +130,7 @@ def effective_config(launch: Launch | None, version: str | None = None) -> dict[
 # --- the probe subprocess ---------------------------------------------------------------------
 
 class ConfigProbe:
-    """`checks/verl_probe.py` running in the target interpreter. It starts with the first line of
+    """`probes/verl_config.py` running in the target interpreter. It starts with the first line of
     its request and imports Hydra and composes verl's config while doctor composes its snapshot;
     `finish` sends the rest (what the probe needs only after composing) and reads the reply. Used
     as a context manager, it never outlives an error on doctor's side."""
@@ -218,7 +218,7 @@ class ConfigSession:
 def _facts_verl_version(ctx) -> str | None:
     """verl's version as the node facts' interpreter probe found it installed."""
     try:
-        from checks.facts import installed_dist, package, probe_of
+        from probes.facts import installed_dist, package, probe_of
 
         dist = installed_dist(package(probe_of(ctx), "verl"))
     except Exception:  # facts are a second opinion here, never a reason to fail

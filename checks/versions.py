@@ -13,7 +13,7 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from checks.facts import installed_dist, package, probe_of
+from probes.facts import installed_dist, package, probe_of
 from checks.model import Finding
 from checks.registry import check
 

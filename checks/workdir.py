@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from checks.facts import probe_of, winner_path
+from probes.facts import probe_of, winner_path
 from checks.model import Finding
 from checks.registry import check
 

@@ -1,8 +1,8 @@
 """`doctor check --cluster [ADDRESS]`: every node of a running Ray cluster, compared.
 
-doctor's own process never imports Ray: the fan-out (`checks/cluster_probe.py`) runs in a
+doctor's own process never imports Ray: the fan-out (`probes/cluster_driver.py`) runs in a
 subprocess of the target interpreter with a deadline, gathers each node's facts there (through
-doctor's idle agent on each node, `checks/cluster_agents.py`, kept for the next check unless
+doctor's idle agent on each node, `probes/cluster_agents.py`, kept for the next check unless
 `keep_agents` is off), and writes one JSON report. Here the report becomes findings: the
 cross-node comparison and link tests (`checks/cluster.py`, category `cluster`), and the ordinary
 local checks run once per node on that node's facts. A finding every node shares is shown once;
@@ -24,11 +24,11 @@ from checks.cluster import COMPARISONS, ClusterView
 from checks.model import Finding
 from checks.registry import Check, CheckResult, all_checks, run_checks, select
 from doctor.cli import DoctorError
-from knowledge.redact import is_secret_name
+from matching.redact import is_secret_name
 
 ROOT = Path(__file__).resolve().parents[1]
 CONNECT_S = 45.0  # ray.init against a live head takes ~1 s; an unreachable one is retried for a while
-PROBE_ENTRY = "from checks.cluster_probe import main; main()"
+PROBE_ENTRY = "from probes.cluster_driver import main; main()"
 PER_NODE = ("imports", "versions", "network", "workdir")  # categories whose verdict depends on the machine
 
 
@@ -43,7 +43,7 @@ def _launch_json(launch) -> dict | None:
 
 def launch_paths(ctx) -> dict[str, str]:
     """Model/data/reward paths the launch names (absolute, as every node sees them) -> their key."""
-    from checks.facts import PATH_KEYS, _as_list
+    from probes.facts import PATH_KEYS, _as_list
 
     out: dict[str, str] = {}
     if ctx.launch is None:
@@ -87,8 +87,8 @@ def expected_shape(ctx) -> tuple[int | None, int | None]:
 
 def probe_cluster(ctx, address: str | None, paths: list[str], keep_agents: bool = True) -> dict:
     """Run the fan-out in the target interpreter; its report, or DoctorError in one line."""
-    from checks.cluster_collective import collective_bound
-    from checks.cluster_probe import WORKER_START_S
+    from probes.cluster_collective import collective_bound
+    from probes.cluster_driver import WORKER_START_S
 
     # connect; facts, and again on a node whose agent is started anew; link; (deep) the collectives
     budget = (CONNECT_S + 3 * ctx.timeout + 2 * WORKER_START_S + 60

@@ -20,7 +20,7 @@ def redacted(results: list[CheckResult]) -> list[CheckResult]:
     """The same results with secrets removed from every text a finding carries (evidence may hold
     env variables, config values and log lines). A value found under a secret key in one finding
     is hunted in all of them."""
-    from knowledge.redact import Redactor
+    from matching.redact import Redactor
 
     redactor = Redactor()
     redactor.learn([f.to_dict() for f in flatten(results)])

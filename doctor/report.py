@@ -40,7 +40,7 @@ STACK = ("python", "torch", "torch build", "torch_npu", "vllm", "vllm_ascend", "
 class ReportRequest:
     """What the user asked for (the command line, parsed)."""
     argv: list[str]                       # the doctor command line, for provenance
-    launch: Any = None                    # checks.launch.Launch or None
+    launch: Any = None                    # launch.script.Launch or None
     logs: list[str] = field(default_factory=list)
     cluster: str | None = None            # "auto" or an address
     cwd: Path = field(default_factory=Path.cwd)
@@ -129,7 +129,7 @@ def _finding(f) -> dict:
 
 
 def _log_section(path: str, cuts: dict[str, LogCut], wide: bool) -> dict:
-    from knowledge.explain import explain_report, open_log
+    from matching.explain import explain_report, open_log
 
     if path == "-":
         raise ValueError("a report reads log files, not stdin")
@@ -179,7 +179,7 @@ def _nodes_section(ctx) -> dict[str, dict[str, str]]:
 
 def stack_versions(facts: dict) -> dict[str, str]:
     """One node's stack as display strings (what `import` would load, and from where if odd)."""
-    from checks.facts import installed_dist, package, stack_packages, winner_path
+    from probes.facts import installed_dist, package, stack_packages, winner_path
 
     probe = facts.get("probe") or {}
     out: dict[str, str] = {}
@@ -331,7 +331,7 @@ def _command_line(argv: list[str]) -> str:
 
 
 def protect(doc: dict, ctx, anonymize: bool) -> dict:
-    from knowledge.redact import Redactor
+    from matching.redact import Redactor
 
     redactor = Redactor(ctx.env)
     safe = redactor.mapping(doc)
@@ -349,7 +349,7 @@ def protect(doc: dict, ctx, anonymize: bool) -> dict:
 
 
 def anonymizer_for(ctx):
-    from knowledge.redact import Anonymizer
+    from matching.redact import Anonymizer
 
     anon = Anonymizer.for_this_machine(ctx.env)
     try:
@@ -422,7 +422,7 @@ def bundle_plan(doc: dict, cuts: dict[str, LogCut]) -> dict[str, str]:
 def _bundle_log(path: str, cut: LogCut, how: str, doc: dict) -> bytes:
     """The log as it travels: whole when small, else the wide cut made while reporting."""
     if how == "whole":
-        from knowledge.explain import open_log
+        from matching.explain import open_log
 
         stream, _name = open_log(path)
         with stream:

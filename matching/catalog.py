@@ -18,7 +18,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-RULES_DIR = Path(__file__).resolve().parent / "rules"
+RULES_DIR = Path(__file__).resolve().parents[1] / "knowledge" / "rules"
 
 CATEGORIES = ("imports", "versions", "network", "workdir", "memory", "config", "data", "cluster",
               "other")

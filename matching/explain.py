@@ -2,7 +2,7 @@
 
 How a log is read (constant memory, any size):
   1. The log is streamed in large blocks (plain, gzip or stdin). One multi-pattern automaton of
-     every catalog pattern (Hyperscan; RE2's alternation without it, see knowledge/prefilter.py)
+     every catalog pattern (Hyperscan; RE2's alternation without it, see matching/prefilter.py)
      scans each whole block in linear time, so the many thousands of ordinary lines cost one pass
      and no Python per line.
   2. Only a line where that prefilter matched is decoded and cleaned (ANSI colours, Ray's
@@ -24,8 +24,8 @@ from typing import BinaryIO, Iterable
 
 import re2
 
-from knowledge.catalog import Rule, catalog
-from knowledge.prefilter import make_prefilter
+from matching.catalog import Rule, catalog
+from matching.prefilter import make_prefilter
 
 SCHEMA = "doctor.explain/v1"
 BLOCK_BYTES = 8 << 20          # read size: big enough that per-block overhead vanishes
@@ -129,9 +129,9 @@ class Report:
 
 
 def _redact(text: str) -> str:
-    """Redact secrets once knowledge.redact exists (another module; tolerate its absence)."""
+    """Redact secrets once matching.redact exists (another module; tolerate its absence)."""
     try:
-        from knowledge.redact import redact_text
+        from matching.redact import redact_text
     except ImportError:
         return text
     return redact_text(text)

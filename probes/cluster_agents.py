@@ -8,7 +8,7 @@ ended, a lost one is started again once, and `keep_agents: false` ends them all.
 
 `NodeAgent` runs on the nodes and `Agents` on the driver. Top level: the standard library and
 the node-side modules only; the driver pickles this module by value, so a node without doctor
-runs the agent all the same (its `facts` round gets checks/ and knowledge/ shipped, see
+runs the agent all the same (its `facts` round gets the node-side code (CODE_DIRS) shipped, see
 `_code_runtime_env`).
 """
 from __future__ import annotations
@@ -17,15 +17,15 @@ import hashlib
 import sys
 from pathlib import Path
 
-from checks.cluster_collective import collective
-from checks.cluster_link import link_test
-from checks.cluster_node import node_facts
+from probes.cluster_collective import collective
+from probes.cluster_link import link_test
+from probes.cluster_node import node_facts
 
 CODE_ROOT = Path(__file__).resolve().parents[1]  # driver side: the doctor checkout running the check
 NAMESPACE = "doctor"  # Ray namespace of the agents (and of doctor's driver, which looks them up)
 AGENT_PREFIX = "node-agent-"
 AGENT_THREADS = 4  # calls one agent serves at once: a second check need not wait for a first one
-CODE_DIRS = ("checks", "knowledge")  # what the node side runs; its version names the agents
+CODE_DIRS = ("checks", "knowledge", "launch", "matching", "probes")  # what the node side runs; its version names the agents
 CODE_SUFFIXES = (".py", ".toml")
 
 
@@ -46,7 +46,7 @@ def code_version(root: Path) -> str:
 
 def agent_name(version: str, node_id: str, shipped: bool = False) -> str:
     """Unique per code version and node; `shipped`: the agent of a node without doctor, which
-    runs the copy of checks/ and knowledge/ sent with its runtime_env."""
+    runs the copy of CODE_DIRS sent with its runtime_env."""
     return f"{AGENT_PREFIX}{version}-{node_id}" + ("-shipped" if shipped else "")
 
 
@@ -185,7 +185,7 @@ def end_agents(names: list[str] | None = None) -> int:
 
 
 def _code_runtime_env() -> dict:
-    """checks/ and knowledge/ for a node without doctor. Ray takes local directories only in
+    """The node-side code (CODE_DIRS) for a node without doctor. Ray takes local directories only in
     `ray.init`'s job-wide runtime_env; for one actor they are uploaded first (Ray's own helper,
     the one `ray.init` uses) and named by their gcs:// package URIs."""
     import tempfile

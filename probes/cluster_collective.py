@@ -11,7 +11,7 @@ import os
 import subprocess
 import time
 
-from checks.cluster_node import node_environment
+from probes.cluster_node import node_environment
 
 
 COLLECTIVE_SCRIPT = r"""

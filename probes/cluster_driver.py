@@ -1,19 +1,19 @@
 """The cluster fan-out, driver side. Runs in a subprocess of the target interpreter (the one with
 Ray), never in doctor's own process:
 
-    python -c "from checks.cluster_probe import main; main()" < request.json
+    python -c "from probes.cluster_driver import main; main()" < request.json
 
 It connects to the running cluster, asks doctor's agent on every alive node
-(checks/cluster_agents.py; pinned there with NodeAffinitySchedulingStrategy(soft=False), all in
+(probes/cluster_agents.py; pinned there with NodeAffinitySchedulingStrategy(soft=False), all in
 parallel, waited for with a deadline), and writes one JSON document to `request["out"]`. A node
 that does not answer in time is reported, never waited for. Three rounds, each bounded by
 `request["timeout"]`:
 
-1. facts (checks/cluster_node.py): `checks.facts.gather_facts` on the node in its own environment,
+1. facts (probes/cluster_node.py): `probes.facts.gather_facts` on the node in its own environment,
    the fingerprints of the launch's model/data paths, verl's git state, the transports' addresses;
-2. link (checks/cluster_link.py): every node listens on the addresses Gloo/HCCL/NCCL would bind
+2. link (probes/cluster_link.py): every node listens on the addresses Gloo/HCCL/NCCL would bind
    there and connects to every other node's, on one agreed port;
-3. (deep) collective (checks/cluster_collective.py): a Gloo all-reduce across all nodes in
+3. (deep) collective (probes/cluster_collective.py): a Gloo all-reduce across all nodes in
    subprocesses of the target interpreter with each node's environment (and NCCL/HCCL where
    every node has devices).
 
@@ -31,9 +31,9 @@ import sys
 import time
 from collections import Counter
 
-from checks import cluster_agents, cluster_collective, cluster_link, cluster_node
-from checks.cluster_agents import CODE_ROOT, NAMESPACE, Agents, code_version, end_agents
-from checks.cluster_collective import collective_bound
+from probes import cluster_agents, cluster_collective, cluster_link, cluster_node
+from probes.cluster_agents import CODE_ROOT, NAMESPACE, Agents, code_version, end_agents
+from probes.cluster_collective import collective_bound
 
 WORKER_START_S = 20.0  # starting a node's agent starts a Python worker there (seconds on a busy node)
 NODE_SIDE = (cluster_node, cluster_link, cluster_collective, cluster_agents)  # what the agents run on the nodes

@@ -1,14 +1,14 @@
 """Round 1 of the cluster check on one node: its facts, in the environment of its `ray start`.
 
-`node_facts` runs inside doctor's agent on every node (checks/cluster_agents.py). It gathers
-`checks.facts` for the launch directory and the target interpreter in the node's own environment
+`node_facts` runs inside doctor's agent on every node (probes/cluster_agents.py). It gathers
+`probes.facts` for the launch directory and the target interpreter in the node's own environment
 (that of its `ray start`, read from the raylet, because variables exported in the launching shell
 never reach other nodes); plus a strong fingerprint of the launch's model/data paths, verl's git
 state, and the address each transport (Gloo/HCCL/NCCL) would bind there.
 
 Top level: the standard library only (psutil, which Ray needs, is imported where used). The
 driver pickles this module by value, so a node needs no copy of doctor to run it; `node_facts`
-imports `checks.facts` on the node and answers `need_code` where it is missing.
+imports `probes.facts` on the node and answers `need_code` where it is missing.
 """
 from __future__ import annotations
 
@@ -187,8 +187,8 @@ def node_facts(req: dict, ray_node_ip: str) -> dict:
     out: dict = {"hostname": socket.gethostname(), "ray_ip": ray_node_ip, "cwd_exists": os.path.isdir(cwd)}
     try:
         from checks.context import CheckContext
-        from checks.facts import gather_facts
-        from checks.launch import Launch, Override
+        from probes.facts import gather_facts
+        from launch.script import Launch, Override
     except ImportError as exc:
         return {**out, "need_code": f"{type(exc).__name__}: {exc}"}
     launch = None

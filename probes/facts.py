@@ -1,6 +1,6 @@
 """Everything checks need to know about ONE node, as a JSON-serialisable dict.
 
-The target interpreter is probed once (one subprocess running `probe_target.py`, with a timeout);
+The target interpreter is probed once (one subprocess running `probes/target.py`, with a timeout);
 the rest is read here from small files, psutil and the resolver. `doctor check --cluster` runs
 `gather_facts` on every node and the same checks on each node's facts, so checks read these facts
 instead of doing their own I/O.
@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from checks import ascend
+from probes import ascend
 
-PROBE_SOURCE = Path(__file__).with_name("probe_target.py")
+PROBE_SOURCE = Path(__file__).with_name("target.py")
 
 # Variables that decide how collectives find each other across nodes.
 COMM_VARS = ("HCCL_SOCKET_IFNAME", "HCCL_IF_IP", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from knowledge.redact import Redactor
+from matching.redact import Redactor
 
 
 def start_child(cmd: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:

@@ -1,4 +1,4 @@
-"""Why an attempt failed: the failure catalog's first explanation of its log (`knowledge.explain`)."""
+"""Why an attempt failed: the failure catalog's first explanation of its log (`matching.explain`)."""
 from __future__ import annotations
 
 import re
@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from knowledge.explain import explain_paths
+from matching.explain import explain_paths
 
 PHASE_MARKER = re.compile(r"\[trainer\] phase=(\w+) failed")
 

@@ -1,6 +1,6 @@
 """What the supervisor runs: an engine turns an override list into a command and a configuration.
 
-`ReferenceEngine` runs this project's trainer; `VerlEngine` (trainer/verl_engine.py) runs verl's
+`ReferenceEngine` runs this project's trainer; `VerlEngine` (supervisor/verl_engine.py) runs verl's
 `main_ppo`, optionally from a launch script.
 """
 from __future__ import annotations
@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from checks.launch import Launch, parse_launch
+from launch.script import Launch, parse_launch
 from trainer.config import KEYS
-from trainer.overrides import parse_overrides
+from supervisor.overrides import parse_overrides
 
 
 class Engine:
@@ -72,7 +72,7 @@ class ReferenceEngine(Engine):
 def engine_from_spec(spec: dict[str, Any]) -> Engine:
     """Rebuild the engine recorded in run.json (for --resume); the environment is today's."""
     if spec.get("engine") == "verl":
-        from trainer.verl_engine import VerlEngine  # it subclasses Engine: imported on demand
+        from supervisor.verl_engine import VerlEngine  # it subclasses Engine: imported on demand
 
         return VerlEngine.from_spec(spec)
     return ReferenceEngine(spec.get("overrides", []), cwd=spec.get("cwd"), python=spec.get("python"))

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from knowledge.redact import redact_mapping
+from matching.redact import redact_mapping
 from trainer.atomic import write_text_atomic
 
 RUN_STATE = "run.json"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from checks.launch import Launch, parse_launch
+from launch.script import Launch, parse_launch
 
 
 def hydra_value(value: Any) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from checks.context import CheckContext
 from checks.model import Finding
 from checks.registry import all_checks, flatten, run_checks, select
-from trainer.engine import Engine
+from supervisor.engine import Engine
 
 
 def failed_checks(engine: Engine, overrides: list[str], external_cluster: bool) -> list[Finding]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
-from trainer.overrides import hydra_value
+from supervisor.overrides import hydra_value
 
 
 def render_table(doc: dict[str, Any], file: TextIO | None = None) -> None:

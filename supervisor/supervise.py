@@ -1,15 +1,15 @@
 """Run a training job until it finishes: watch, diagnose, decide, relaunch with resume.
 
-One attempt = one child process (the reference trainer or verl's main_ppo, see trainer/engine.py).
+One attempt = one child process (the reference trainer or verl's main_ppo, see supervisor/engine.py).
 Its output streams, redacted line by line, to the console and to `RUN_DIR/attempt-N.log`. On a
-non-zero exit the log is explained with the failure catalog (trainer/diagnosis.py), and the
+non-zero exit the log is explained with the failure catalog (supervisor/diagnosis.py), and the
 category decides (`knowledge/downshift.toml`): memory -> the phase's downshift ladder;
 network/cluster -> wait for the Ray nodes, retry unchanged; config/data/imports/versions/workdir ->
 stop; anything else -> one unchanged retry.
 
 Work is never lost: a checkpoint frequency is forced when none is set, every attempt runs with
 `trainer.resume_mode=auto`, and the step it resumed from is recorded. The ledger
-(trainer/ledger.py) is rewritten after every change, so `doctor train --resume RUN_DIR` continues a
+(supervisor/ledger.py) is rewritten after every change, so `doctor train --resume RUN_DIR` continues a
 supervisor that was itself stopped.
 """
 from __future__ import annotations
@@ -25,16 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from knowledge.redact import Redactor, redact_mapping, redact_text, remember_secrets
-from trainer import downshift
-from trainer.child_process import (redacted_lines, signal_if_running, signal_pid, signal_session,
+from matching.redact import Redactor, redact_mapping, redact_text, remember_secrets
+from supervisor import downshift
+from supervisor.child_process import (redacted_lines, signal_if_running, signal_pid, signal_session,
                                    start_child)
-from trainer.diagnosis import Diagnosis, diagnose
-from trainer.engine import Engine, engine_from_spec
-from trainer.ledger import Attempt, now, read_ledger, write_ledger
-from trainer.overrides import hydra_value, override_delta, parse_overrides, set_override
-from trainer.preflight import failed_checks, failure_report
-from trainer.ray_nodes import answering_nodes
+from supervisor.diagnosis import Diagnosis, diagnose
+from supervisor.engine import Engine, engine_from_spec
+from supervisor.ledger import Attempt, now, read_ledger, write_ledger
+from supervisor.overrides import hydra_value, override_delta, parse_overrides, set_override
+from supervisor.preflight import failed_checks, failure_report
+from supervisor.ray_nodes import answering_nodes
 
 SCHEMA = "doctor.train/v1"
 STEP_LINE = re.compile(r"(?:^|\s)step:(\d+)\b")

@@ -13,8 +13,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from checks.launch import LaunchError, parse_launch
-from trainer.engine import Engine
+from launch.script import LaunchError, parse_launch
+from supervisor.engine import Engine
 
 VERL_ENTRY = "verl.trainer.main_ppo"
 

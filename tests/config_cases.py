@@ -76,7 +76,7 @@ def run_verl(n: int, seed: int, timed: bool = False) -> None:
     from verl.utils.config import validate_config
 
     from checks.config import STARTUP_KEYS
-    from checks.verl_probe import _hydra_compose, run_validate, verl_config_dir
+    from probes.verl_config import _hydra_compose, run_validate, verl_config_dir
 
     warnings.simplefilter("ignore")
     full = _hydra_compose(verl_config_dir(), "ppo_trainer", [])

@@ -1,4 +1,4 @@
-"""doctor's agents on the nodes (checks/cluster_agents.py `NodeAgent`): a repeated `doctor check
+"""doctor's agents on the nodes (probes/cluster_agents.py `NodeAgent`): a repeated `doctor check
 --cluster` asks the agent already running on each node instead of starting a Python process there.
 On the two-namespace cluster of test_cluster.py: reuse with fresh facts, `--no-keep-agents`, and
 an agent killed between checks; and, without Ray, the version naming that keeps an upgraded
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from checks.cluster_agents import AGENT_PREFIX, agent_name, code_version
+from probes.cluster_agents import AGENT_PREFIX, CODE_DIRS, agent_name, code_version
 from tests.netns import ROOT, NetnsCluster
 from tests.test_cluster import _doctor as _doctor_at, _failures, two_hosts  # noqa: F401 (the module's cluster)
 
@@ -22,11 +22,11 @@ AGENT_PROCESS = b"ray::NodeAgent"  # the title Ray gives the actor's worker proc
 
 
 def test_changed_node_side_source_names_another_agent(tmp_path):
-    for d in ("checks", "knowledge"):
+    for d in CODE_DIRS:
         shutil.copytree(ROOT / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
     before = code_version(tmp_path)
     assert code_version(tmp_path) == before == code_version(ROOT)  # contents, not where they lie
-    with open(tmp_path / "checks" / "facts.py", "a") as fh:
+    with open(tmp_path / "probes" / "facts.py", "a") as fh:
         fh.write("\n# a new doctor\n")
     after = code_version(tmp_path)
     assert after != before
@@ -46,7 +46,7 @@ def hosts(two_hosts):  # noqa: F811
     must not change its code version between two checks."""
     lay = two_hosts.layout
     two_hosts.doctor_root = lay["launch"].parent / "doctor-install"
-    for d in ("doctor", "checks", "knowledge"):
+    for d in ("doctor", *CODE_DIRS):
         shutil.copytree(ROOT / d, two_hosts.doctor_root / d, ignore=shutil.ignore_patterns("__pycache__"))
     two_hosts.own = {"launch": lay["launch"].parent / "launch-b-own", "model": lay["model"].parent / "model-b-own"}
     for key, copy in two_hosts.own.items():
@@ -161,8 +161,8 @@ def test_agent_killed_between_checks_is_started_again(hosts):
 
 @pytest.mark.netns
 def test_node_without_doctor_gets_an_agent_running_the_shipped_code(hosts):
-    # Host B sees neither the copy doctor runs from nor this checkout's checks/ and knowledge/.
-    _restart_b(hosts, hide=[hosts.doctor_root, ROOT / "checks", ROOT / "knowledge"])
+    # Host B sees neither the copy doctor runs from nor this checkout's node-side code (CODE_DIRS).
+    _restart_b(hosts, hide=[hosts.doctor_root, *(ROOT / d for d in CODE_DIRS)])
     try:
         first = _doctor(hosts)
         assert _failures(first) == []

@@ -9,11 +9,11 @@ import copy
 import pytest
 
 from checks.cluster import COMPARISONS, ClusterView, devices_match, interfaces_valid, links_work, nodes_answer
-from checks.cluster_link import link_test
-from checks.cluster_node import path_fingerprint, pick_address
+from probes.cluster_link import link_test
+from probes.cluster_node import path_fingerprint, pick_address
 from checks.context import CheckContext
-from checks.facts import gather_facts
-from checks.launch import parse_launch
+from probes.facts import gather_facts
+from launch.script import parse_launch
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +179,7 @@ def test_fingerprint_tells_same_size_files_apart(tmp_path):
 def test_git_state_of_a_source_checkout(tmp_path):
     import subprocess
 
-    from checks.cluster_node import git_state
+    from probes.cluster_node import git_state
 
     repo = tmp_path / "verl-src"
     (repo / "verl").mkdir(parents=True)

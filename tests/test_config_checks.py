@@ -169,13 +169,13 @@ def test_a_script_without_a_trainer_call_is_one_line_exit_2(doctor, tmp_path):
     ({}, {"CUDA_VISIBLE_DEVICES": "0"}, (None, None)),
 ])
 def test_visible_devices_counts_what_ray_will(devices, env, seen):
-    from checks.facts import visible_devices
+    from probes.facts import visible_devices
 
     assert visible_devices(devices, env) == seen
 
 
 def test_a_visible_devices_variable_narrower_than_n_gpus_per_node_is_named():
-    from checks.facts import visible_devices
+    from probes.facts import visible_devices
 
     count, limit = visible_devices({"davinci": 8}, {"ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3"})
     cfg = compose_snapshot(GOOD).config  # trainer.n_gpus_per_node=8

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-import knowledge.explain as ex
-from knowledge.catalog import CatalogError, catalog, load_rules
-from knowledge.explain import Matcher, explain_paths, explain_report, explain_text
+import matching.explain as ex
+from matching.catalog import CatalogError, catalog, load_rules
+from matching.explain import Matcher, explain_paths, explain_report, explain_text
 
 from .conftest import ROOT, run_doctor
 
@@ -149,7 +149,7 @@ def test_several_logs_are_one_incident_with_file_names(tmp_path):
 
 
 def test_secrets_in_evidence_are_redacted(tmp_path):
-    pytest.importorskip("knowledge.redact")
+    pytest.importorskip("matching.redact")
     secret = "hf_" + "Zq8" * 12
     log = tmp_path / "s.log"
     log.write_text(f"HF_TOKEN={secret} ModuleNotFoundError: No module named 'vllm'\n")

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import pytest
 
-from knowledge.catalog import load_rules
-from knowledge.explain import explain_paths
+from matching.catalog import load_rules
+from matching.explain import explain_paths
 
 from .conftest import SHARED
 

@@ -3,7 +3,7 @@ import textwrap
 
 import pytest
 
-from checks.launch import LaunchError, parse_launch
+from launch.script import LaunchError, parse_launch
 
 
 def write(tmp_path, text, name="run.sh"):

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from checks.launch import parse_launch
+from launch.script import parse_launch
 from checks.plan import batch_plan
 from checks.verl_config import effective_config
 from tests.conftest import ROOT

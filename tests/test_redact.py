@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knowledge.redact import (REDACTED, Anonymizer, Redactor, is_secret_name, redact_mapping,
+from matching.redact import (REDACTED, Anonymizer, Redactor, is_secret_name, redact_mapping,
                               redact_text, remember_secrets)
 
 HF = "hf_PlantedHuggingFaceToken0123456789ab"
@@ -173,7 +173,7 @@ def test_anonymizer_for_this_machine_hides_local_identity():
 
 def test_large_text_prefilter_gives_the_same_result():
     """Above LARGE_TEXT, RE2 picks the lines to redact: the result equals redacting everything."""
-    from knowledge import redact
+    from matching import redact
 
     lines = []
     for i in range(4000):
@@ -191,7 +191,7 @@ def test_large_text_prefilter_gives_the_same_result():
 
 
 def test_paths_are_not_mistaken_for_keys():
-    from knowledge.redact import redact_text
+    from matching.redact import redact_text
 
     path = "/data/Shared2024/projects/RunAlpha7/vllm"
     assert redact_text(f"mv {path} /tmp/x") == f"mv {path} /tmp/x"
@@ -202,7 +202,7 @@ def test_paths_are_not_mistaken_for_keys():
 
 
 def test_a_bare_key_field_is_a_config_key_name_not_a_secret():
-    from knowledge.redact import is_secret_name, redact_mapping
+    from matching.redact import is_secret_name, redact_mapping
 
     assert not is_secret_name("key")
     assert is_secret_name("api_key") and is_secret_name("wandb.key")

@@ -6,7 +6,7 @@ import json
 from checks.model import Finding
 from checks.registry import Check, CheckResult
 from doctor import render
-from knowledge.redact import REDACTED
+from matching.redact import REDACTED
 from tests.conftest import run_doctor
 from tests.lab.planted import BEARER, HF, MLFLOW_URI, SECRETS, WANDB, planted_env, planted_script
 

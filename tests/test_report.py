@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from knowledge.explain import explain_paths
+from matching.explain import explain_paths
 from tests.conftest import ROOT, run_doctor
 from tests.lab.planted import BEARER, HF, MLFLOW_URI, SECRETS, WANDB, planted_env, planted_script
 

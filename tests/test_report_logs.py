@@ -73,7 +73,7 @@ def test_endless_lines_stay_bounded(monkeypatch):
                                  b"Traceback (most recent call last):\nRuntimeError: x\n"])
 def test_line_count_agrees_with_the_explain_engine(tmp_path, raw):
     """The report numbers the tail from the explain pass's line count: both must count alike."""
-    from knowledge.explain import explain_report
+    from matching.explain import explain_report
 
     log = tmp_path / "x.log"
     log.write_bytes(raw)

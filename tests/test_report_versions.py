@@ -9,10 +9,10 @@ from pathlib import Path
 from markdown_it import MarkdownIt
 
 from checks.context import CheckContext
-from checks.facts import gather_facts
+from probes.facts import gather_facts
 from doctor import report
 from doctor.report_markdown import _versions
-from knowledge.redact import Anonymizer
+from matching.redact import Anonymizer
 
 
 def facts(cwd: Path, pythonpath: str | None = None) -> dict:

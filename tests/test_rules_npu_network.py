@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from knowledge.catalog import RULES_DIR, load_file, load_rules
-from knowledge.explain import explain_paths, explain_text
+from matching.catalog import RULES_DIR, load_file, load_rules
+from matching.explain import explain_paths, explain_text
 from tests.conftest import ROOT, SHARED
 from tests.netns import NetnsCluster, netns_unavailable_reason
 

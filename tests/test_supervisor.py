@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_doctor
-from trainer.overrides import parse_overrides
+from supervisor.overrides import parse_overrides
 
 pytest.importorskip("trainer.main_grpo")
 
@@ -170,10 +170,10 @@ def test_secrets_stay_out_of_the_console_the_attempt_log_and_the_ledger(tmp_path
 def test_redacted_logs_are_explained_as_before():
     """The supervisor explains the redacted attempt log: every rule's fixture, redacted line by
     line the way the job's output is, is still explained by the same rule first."""
-    from knowledge.explain import explain_text_report
-    from knowledge.redact import Redactor
+    from matching.explain import explain_text_report
+    from matching.redact import Redactor
     from tests.test_explain_rules import FIXTURES
-    from trainer.child_process import redacted_lines
+    from supervisor.child_process import redacted_lines
 
     redactor = Redactor(env={})
     redacted = 0

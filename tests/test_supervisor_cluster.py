@@ -63,7 +63,7 @@ class LocalCluster:
         self.worker = self._start(f"--address={self.address}")
 
     def wait_nodes(self, n: int, timeout: float = 300) -> None:
-        from trainer.ray_nodes import answering_nodes
+        from supervisor.ray_nodes import answering_nodes
 
         deadline = time.monotonic() + timeout
         while answering_nodes(sys.executable, self.address, self.env, 5) < n:

@@ -1,10 +1,10 @@
-"""The downshift ladder (knowledge/downshift.toml through trainer/downshift.py) and override editing."""
+"""The downshift ladder (knowledge/downshift.toml through supervisor/downshift.py) and override editing."""
 from __future__ import annotations
 
 import pytest
 
-from trainer import downshift
-from trainer.overrides import override_delta, parse_overrides, set_override
+from supervisor import downshift
+from supervisor.overrides import override_delta, parse_overrides, set_override
 
 A = "actor_rollout_ref."
 SEED = {  # the seed article's memory knobs plus verl 0.9.1 defaults for the rest
@@ -135,7 +135,7 @@ def test_set_override_rewrites_in_place_and_keeps_the_prefix():
 
 
 def test_rule_exceptions_name_real_rules():
-    from knowledge.catalog import rule_by_id
+    from matching.catalog import rule_by_id
 
     for rule_id, action in downshift.policy()["by_rule"].items():
         assert action in ("downshift", "wait_retry", "retry_once", "stop")

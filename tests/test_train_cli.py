@@ -32,7 +32,7 @@ def seed_script(tmp_path: Path) -> Path:
 
 
 def test_verl_engine_reads_the_seed_script(tmp_path):
-    from trainer.verl_engine import VerlEngine
+    from supervisor.verl_engine import VerlEngine
 
     script = seed_script(tmp_path)
     env = {"PATH": f"{VENV_BIN}:/usr/bin:/bin", "HOME": str(tmp_path)}

@@ -60,7 +60,7 @@ def test_defaults_are_verls(tmp_path):
 
 def test_seed_article_overrides_are_all_accepted(tmp_path):
     """The seed article's launch script, read as bash would read it, is accepted key for key."""
-    from checks.launch import parse_launch
+    from launch.script import parse_launch
 
     seed = ROOT.parent / "shared/seed/000_2612502b60985506.txt"
     if not seed.exists():

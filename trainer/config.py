@@ -1,6 +1,6 @@
 """The reference trainer's configuration: verl's key names, verl 0.9.1's defaults and meanings.
 
-Overrides are read with Hydra's override grammar (through `checks.launch`), so a line from a verl
+Overrides are read with Hydra's override grammar (through `launch.script`), so a line from a verl
 launch script means the same here. Every key the trainer knows is listed in `KEYS`; a key that is
 not listed is refused by name. Keys that only steer verl's engines (vLLM, FSDP) are accepted and
 have no effect here; `doctor train` still passes them on to verl when it runs verl itself.
@@ -210,7 +210,7 @@ def _bad(key: str, value: Any, what: str):
 
 def parse_overrides(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
     """verl-style `key=value` words -> (flat config with defaults, notices for the user)."""
-    from checks.launch import LaunchError, parse_launch
+    from launch.script import LaunchError, parse_launch
 
     words = [w for w in argv if w]
     for w in words:

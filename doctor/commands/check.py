@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from checks.launch import LaunchError, parse_launch
+from launch.script import LaunchError, parse_launch
 from checks.model import CATEGORIES, exit_code
 from doctor.cli import DoctorError
 

@@ -18,7 +18,7 @@ CATEGORY_COLOURS = {"memory": "magenta", "network": "cyan", "config": "yellow", 
 
 
 def _catalog():
-    from knowledge.catalog import CatalogError, catalog
+    from matching.catalog import CatalogError, catalog
 
     try:
         return catalog()
@@ -87,7 +87,7 @@ def explain(logs, as_json, show_all, list_rules):
     if not logs:
         raise DoctorError("give a log file (or - for stdin); see doctor explain --help")
     _catalog()
-    from knowledge.explain import LogReadError, explain_report
+    from matching.explain import LogReadError, explain_report
 
     try:
         report = explain_report(list(logs), all=show_all)

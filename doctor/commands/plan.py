@@ -12,7 +12,7 @@ import click
 from doctor.cli import DoctorError
 
 def _launch(script: str | None, args: list[str], cwd: Path):
-    from checks.launch import LaunchError, parse_launch
+    from launch.script import LaunchError, parse_launch
 
     try:
         if script:

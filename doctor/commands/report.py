@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from checks.launch import LaunchError, parse_launch
+from launch.script import LaunchError, parse_launch
 from doctor.cli import DoctorError
 
 

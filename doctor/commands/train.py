@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from checks.launch import LaunchError
+from launch.script import LaunchError
 from doctor.cli import DoctorError
 
 
@@ -17,8 +17,8 @@ def _default_run_dir() -> Path:
 
 
 def _engine(engine: str, script: str | None, overrides: list[str], python: str | None):
-    from trainer.engine import ReferenceEngine
-    from trainer.verl_engine import VerlEngine
+    from supervisor.engine import ReferenceEngine
+    from supervisor.verl_engine import VerlEngine
 
     if script:
         if not Path(script).is_file():
@@ -61,8 +61,8 @@ def command(auto_tune, engine, max_retries, run_dir, script, resume_dir, no_pref
     """Run a GRPO job (OVERRIDES in verl's key=value syntax), and with --auto-tune keep it going.
 
     With no script and no overrides: the embedded default task on the reference engine."""
-    from trainer.summary_table import render_table
-    from trainer.supervisor import Options, Supervisor, SupervisorError
+    from supervisor.summary_table import render_table
+    from supervisor.supervise import Options, Supervisor, SupervisorError
 
     from trainer.config import parse_bytes
 

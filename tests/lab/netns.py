@@ -67,7 +67,7 @@ _DRIVER = r"""
 import json, sys
 from checks.context import CheckContext
 from checks.registry import all_checks, flatten, run_checks, select
-from checks.launch import parse_launch
+from launch.script import parse_launch
 out = []
 for sc in json.loads(sys.argv[1]):
     launch = parse_launch(sc["launch"], cwd=sc["cwd"]) if sc.get("launch") else None

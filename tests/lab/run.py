@@ -49,7 +49,7 @@ def check_inproc(*, python, cwd, launch: list[str] | None = None, env: dict | No
     of `python` is still a real subprocess): (exit code, document, findings by id). Saves the CLI's
     start-up where the CLI itself is not what a test is about."""
     from checks.context import CheckContext
-    from checks.launch import parse_launch
+    from launch.script import parse_launch
     from checks.model import exit_code, overall_status
     from checks.registry import all_checks, flatten, run_checks, select
 
