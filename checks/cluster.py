@@ -16,6 +16,7 @@ from typing import Any, Callable
 from probes.cluster_node import parse_ifname_list
 from probes.facts import installed_dist, visible_devices, winner_path
 from checks.model import Finding
+from checks.registry import check
 
 # Variables naming the interface a transport binds (syntax: research/ascend.md 5.1).
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
@@ -116,6 +117,7 @@ def _agents_said(agents: dict | None) -> str:
     return f"; node agents: {counts or 'none'}" + ("" if agents.get("kept", True) else ", then ended")
 
 
+@check("cluster.nodes", "cluster", "Every node answers", scope="cluster")
 def nodes_answer(view: ClusterView) -> list[Finding]:
     out = []
     for n in view.silent:
@@ -154,6 +156,7 @@ def nodes_answer(view: ClusterView) -> list[Finding]:
     return out
 
 
+@check("cluster.versions", "cluster", "Same versions on every node", scope="cluster")
 def versions_match(view: ClusterView) -> list[Finding]:
     if view.reference is None:
         return []
@@ -172,6 +175,7 @@ def versions_match(view: ClusterView) -> list[Finding]:
     return out
 
 
+@check("cluster.code", "cluster", "Same verl code on every node", scope="cluster")
 def code_matches(view: ClusterView) -> list[Finding]:
     """verl's code version: the package version above, and here a source checkout's commit."""
     def state(n: dict) -> str | None:
@@ -185,6 +189,7 @@ def code_matches(view: ClusterView) -> list[Finding]:
                     "and commit or stash local edits")
 
 
+@check("cluster.imports", "cluster", "Packages load from the same place on every node", scope="cluster")
 def imports_match(view: ClusterView) -> list[Finding]:
     out = []
     names = sorted({name for n in view.answered for name in _packages(n)})
@@ -196,6 +201,7 @@ def imports_match(view: ClusterView) -> list[Finding]:
     return out
 
 
+@check("cluster.paths", "cluster", "Model and data identical on every node", scope="cluster")
 def paths_match(view: ClusterView) -> list[Finding]:
     out = []
     for path, key in view.path_keys.items():
@@ -239,6 +245,7 @@ def _file_diff(ref: dict, mine: dict) -> tuple[list[str], list[str], list[str]]:
             sorted(k for k in set(a) & set(b) if a[k] != b[k]))
 
 
+@check("cluster.env", "cluster", "Communication variables valid on every node", scope="cluster")
 def interfaces_valid(view: ClusterView) -> list[Finding]:
     """Each communication variable names an interface present and up on that node; the
     variables agree across nodes."""
@@ -312,6 +319,7 @@ def _ifname_problem(var: str, value: str, ifaces: dict) -> str | None:
     return None
 
 
+@check("cluster.devices", "cluster", "Device counts match the launch and Ray", scope="cluster")
 def devices_match(view: ClusterView) -> list[Finding]:
     out = []
     counts = {n["label"]: _device_count(n) for n in view.answered}
@@ -353,6 +361,7 @@ def _device_count(n: dict) -> tuple[str, int]:
     return "gpu", int(dev.get("nvidia") or 0)
 
 
+@check("cluster.link", "cluster", "Nodes reach each other on the collective interfaces", scope="cluster")
 def links_work(view: ClusterView) -> list[Finding]:
     """TCP from every node to every other node's Gloo/HCCL/NCCL address, on one port."""
     out = []
@@ -417,6 +426,7 @@ def links_work(view: ClusterView) -> list[Finding]:
     return out
 
 
+@check("cluster.collective", "cluster", "A collective across the nodes works (--deep)", scope="cluster")
 def collective_works(view: ClusterView) -> list[Finding]:
     coll = view.report.get("collective")
     if not coll:
@@ -446,17 +456,3 @@ def collective_works(view: ClusterView) -> list[Finding]:
                             evidence={"backend": backend, "latency_us": lat, "bandwidth_MBps": bw,
                                       "master": coll.get("master")}))
     return out
-
-
-# (id, title, function): the cluster checks, in report order.
-COMPARISONS: tuple[tuple[str, str, Callable[[ClusterView], list[Finding]]], ...] = (
-    ("cluster.nodes", "Every node answers", nodes_answer),
-    ("cluster.versions", "Same versions on every node", versions_match),
-    ("cluster.code", "Same verl code on every node", code_matches),
-    ("cluster.imports", "Packages load from the same place on every node", imports_match),
-    ("cluster.paths", "Model and data identical on every node", paths_match),
-    ("cluster.env", "Communication variables valid on every node", interfaces_valid),
-    ("cluster.devices", "Device counts match the launch and Ray", devices_match),
-    ("cluster.link", "Nodes reach each other on the collective interfaces", links_work),
-    ("cluster.collective", "A collective across the nodes works (--deep)", collective_works),
-)

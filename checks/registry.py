@@ -1,8 +1,15 @@
-"""Check registration and the concurrent runner.
+"""Check registration, discovery and the concurrent runner.
 
-A check is a small function `fn(ctx) -> Iterable[Finding]`, registered with `@check(...)`. A check
-that returns nothing has passed: the runner records one `pass` finding for it, so JUnit gets one
-testcase per check. A check that raises becomes a finding, never a crash of doctor.
+A check is a small function in a module of the `checks` package, registered with `@check(...)`:
+it declares its id, category, title, what it needs and its scope once, and returns `Problem`s
+(or nothing: it passed, and the runner records one `pass` finding, so JUnit gets one testcase per
+check). The runner fills in id, category, title and node. A check that raises becomes a finding,
+never a crash of doctor. Every module of the package is imported to find the checks, so a check
+cannot exist unregistered.
+
+Scopes: `node` checks judge this machine (or each node's facts), `launch` checks judge the launch
+(its config, data, memory), `cluster` checks compare the nodes of a Ray cluster (their argument is
+the `checks.cluster.ClusterView`, not the context).
 
 What a check cannot run without (a launch, a probed interpreter, a composed config...) it declares
 with `needs=`; when one is missing the runner records the skip, worded once, in `NEEDS`.
@@ -10,12 +17,14 @@ with `needs=`; when one is missing the runner records the skip, worded once, in 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from checks.model import CATEGORIES, Finding
+import checks
+from checks.model import CATEGORIES, Finding, Problem
 
 CheckFn = Callable[["object"], Iterable[Finding] | None]
 
@@ -59,16 +68,7 @@ NEEDS: dict[str, Callable[["object"], str | None]] = {
 # them starts the session before the checks.
 SESSION_NEEDS = {"config", "config_probe"}
 
-# Modules that hold checks; importing them registers their checks.
-CHECK_MODULES = (
-    "checks.imports",
-    "checks.versions",
-    "checks.network",
-    "checks.workdir",
-    "checks.config",
-    "checks.data",
-    "checks.memory",
-)
+SCOPES = ("node", "launch", "cluster")
 
 
 @dataclass(frozen=True)
@@ -78,12 +78,21 @@ class Check:
     title: str
     fn: CheckFn
     needs: tuple[str, ...] = ()  # names in NEEDS; the first one missing skips the check
+    scope: str = "node"
+
+    def finding(self, out: Finding | Problem, node: str | None) -> Finding:
+        if isinstance(out, Finding):
+            return out
+        return Finding(self.id, self.category, out.status, out.title or self.title, out.message, out.fix,
+                       out.evidence, node)
 
 
 _REGISTRY: dict[str, Check] = {}
 
 
-def check(id: str, category: str, title: str, needs: tuple[str, ...] = ()):
+def check(id: str, category: str, title: str, needs: tuple[str, ...] = (), scope: str = "node"):
+    if scope not in SCOPES:
+        raise ValueError(f"{id}: unknown scope {scope!r}; choose from {', '.join(SCOPES)}")
     if category not in CATEGORIES:
         raise ValueError(f"unknown category {category!r}")
     unknown = [n for n in needs if n not in NEEDS]
@@ -93,20 +102,26 @@ def check(id: str, category: str, title: str, needs: tuple[str, ...] = ()):
         raise ValueError(f"{id}: {sorted(SESSION_NEEDS & set(needs))[0]!r} needs 'launch' first")
 
     def deco(fn: CheckFn) -> CheckFn:
-        _REGISTRY[id] = Check(id, category, title, fn, tuple(needs))
+        seen = _REGISTRY.get(id)
+        if seen and (seen.fn.__module__, seen.fn.__qualname__) != (fn.__module__, fn.__qualname__):
+            raise ValueError(f"check id {id!r} is registered twice ({seen.fn.__module__}, {fn.__module__})")
+        _REGISTRY[id] = Check(id, category, title, fn, tuple(needs), scope)
         return fn
 
     return deco
 
 
-def all_checks() -> list[Check]:
-    for mod in CHECK_MODULES:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as exc:  # a concern not built yet is not an error
-            if exc.name != mod:
-                raise
-    return list(_REGISTRY.values())
+def check_modules() -> list[str]:
+    """Every module of the `checks` package: importing one registers the checks it defines."""
+    return [f"checks.{m.name}" for m in pkgutil.iter_modules(checks.__path__) if not m.ispkg]
+
+
+def all_checks(scope: str | tuple[str, ...] = ("node", "launch")) -> list[Check]:
+    """The registered checks of these scopes, in module order, then definition order."""
+    for mod in check_modules():
+        importlib.import_module(mod)
+    scopes = (scope,) if isinstance(scope, str) else scope
+    return [c for c in _REGISTRY.values() if c.scope in scopes]
 
 
 def select(checks: list[Check], only: set[str] | None, skip: set[str] | None) -> list[Check]:
@@ -129,13 +144,15 @@ def missing_need(c: Check, ctx) -> str | None:
 
 
 def _run_one(c: Check, ctx) -> tuple[list[Finding], float]:
+    """`ctx` is the CheckContext, or the ClusterView for a cluster check."""
     t0 = time.perf_counter()
+    node = getattr(ctx, "node", None)
     try:
         why = missing_need(c, ctx)
         if why:
-            out = [Finding(c.id, c.category, "skip", c.title, why, node=ctx.node)]
+            out = [Finding(c.id, c.category, "skip", c.title, why, node=node)]
         else:
-            out = list(c.fn(ctx) or [])
+            out = [c.finding(o, node) for o in (c.fn(ctx) or [])]
             if not out:
                 out = [Finding(c.id, c.category, "pass", c.title)]
     except Exception as exc:  # a broken check reports itself; doctor goes on
@@ -155,6 +172,10 @@ class CheckResult:
 def run_checks(checks: list[Check], ctx, workers: int = 8) -> list[CheckResult]:
     """Run checks concurrently (they mostly wait on the shared probes); keep registration order."""
     ctx.prefetch(config=any(SESSION_NEEDS & set(c.needs) for c in checks))
+    return run_each(checks, ctx, workers)
+
+
+def run_each(checks: list[Check], ctx, workers: int = 8) -> list[CheckResult]:
     with ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(lambda c: _run_one(c, ctx), checks))
     return [CheckResult(c, out, secs) for c, (out, secs) in zip(checks, results)]

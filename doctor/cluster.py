@@ -20,9 +20,9 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
-from checks.cluster import COMPARISONS, ClusterView
+from checks.cluster import ClusterView
 from checks.model import Finding
-from checks.registry import Check, CheckResult, all_checks, run_checks, select
+from checks.registry import CheckResult, all_checks, run_checks, run_each, select
 from doctor.cli import DoctorError
 from matching.redact import is_secret_name
 
@@ -120,12 +120,6 @@ def probe_cluster(ctx, address: str | None, paths: list[str], keep_agents: bool 
     return report
 
 
-def _wanted(ids: set[str], only: set[str] | None, skip: set[str] | None) -> bool:
-    if only and not ids & only:
-        return False
-    return not (skip and ids & skip)
-
-
 def _node_env(node: dict) -> dict[str, str]:
     return {k: v for k, v in (node.get("env") or {}).items() if not is_secret_name(k)}
 
@@ -161,21 +155,14 @@ def run_cluster_checks(ctx, address: str | None, only: set[str] | None, skip: se
     nnodes, gpus = expected_shape(ctx)
     view = ClusterView(report, nnodes=nnodes, gpus_per_node=gpus, path_keys=paths)
     ctx.options["cluster_nodes"] = {n["label"]: n["facts"] for n in view.answered}  # for doctor report
-    results: list[CheckResult] = []
-    for id, title, fn in COMPARISONS:
-        if not _wanted({id, "cluster"}, only, skip):
-            continue
-        check = Check(id, "cluster", title, fn)
-        t = time.perf_counter()
-        try:
-            findings = fn(view)
-        except Exception as exc:  # a broken comparison reports itself
-            findings = [Finding(id, "cluster", "warn", title, f"the check itself failed: {type(exc).__name__}: {exc}",
-                                "report this as a doctor bug")]
-        if not findings:
-            findings = [Finding(id, "cluster", "pass", title, f"{len(view.answered)} nodes compared")]
-        secs = time.perf_counter() - t + (probe_s if id == "cluster.nodes" else 0.0)
-        results.append(CheckResult(check, findings, secs))
+    # The comparisons run one after another, in registration (report) order.
+    results = run_each(select(all_checks("cluster"), only, skip), view, workers=1)
+    for r in results:
+        for f in r.findings:
+            if f.status == "pass" and not f.message:
+                f.message = f"{len(view.answered)} nodes compared"
+        if r.check.id == "cluster.nodes":
+            r.seconds += probe_s
 
     local = [c for c in select(all_checks(), only, skip) if c.category != "cluster"]
     if local and view.answered:

@@ -8,7 +8,8 @@ import copy
 
 import pytest
 
-from checks.cluster import COMPARISONS, ClusterView, devices_match, interfaces_valid, links_work, nodes_answer
+from checks.registry import all_checks
+from checks.cluster import ClusterView, devices_match, interfaces_valid, links_work, nodes_answer
 from probes.cluster_link import link_test
 from probes.cluster_node import path_fingerprint, pick_address
 from checks.context import CheckContext
@@ -44,8 +45,10 @@ def _fails(findings):
 
 def test_two_identical_nodes_give_no_failure(facts):
     view = _pair(facts)
-    for _, _, fn in COMPARISONS:
-        assert _fails(fn(view)) == [], fn.__name__
+    comparisons = all_checks("cluster")
+    assert len(comparisons) >= 9
+    for c in comparisons:
+        assert _fails(c.fn(view)) == [], c.id
 
 
 def test_ray_undercounting_npus_on_one_node(facts):
