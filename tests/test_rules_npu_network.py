@@ -102,6 +102,61 @@ def test_hccl_port_in_use_explains_the_link_timeout_after_it():
     assert rules[0] == "hccl-port-in-use" and "hccl-socket-timeout" in rules
 
 
+# One line per message form, written as the source prints it with another value in each variable part
+# (a device, a result code within its family, a version, a duration): a rule must match the words, not the
+# values of the log it was written from. Where each form comes from is in the rule's comment.
+MESSAGE_FORMS = [
+    ("open device 1 failed, runtime result = 107001.[FUNC:ReportCallError][FILE:log_inner.cpp][LINE:161]",
+     "npu-set-device-failed"),
+    ("Set visible device failed, invalid device=1, input visible devices:0,1", "npu-set-device-failed"),
+    ("[ERROR]  acl set device 3 failed, errorCode = 507899", "npu-set-device-failed"),
+    ("RuntimeError: NPU function error: c10_npu::SetDevice(device_index), error code is 507033",
+     "npu-set-device-failed"),
+    ("EL0004: [PID: 912] 2025-06-01-10:00:00.000.001 Failed to allocate memory.", "npu-oom"),
+    ("RuntimeError: NPU function error: aclrtMallocAlign32, error code is 207018", "npu-oom"),
+    ("RuntimeError: HCCL function error: HcclCommInitRootInfo(numRanks, &rootInfo, rank, &(comm->hcclComm_)), "
+     "error code is 9", "hccl-comm-init-failed"),
+    ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, unhandled system error "
+     "(run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5", "nccl-unhandled-system-error"),
+    ("ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. ",
+     "nccl-unhandled-system-error"),
+    ("NCCL error: remote process exited or there was a network error, NCCL version 2.27.3",
+     "nccl-remote-error"),
+    ("NET/IB: Got completion from peer 10.0.0.2<51234> with status=12 opcode=0 len=0 vendor err 129 (Send)",
+     "nccl-ib-completion-error"),
+    ("NET/IB : Got completion from peer 10.0.0.2<51234> with error 12, opcode 0, len 0, vendor err 129",
+     "nccl-ib-completion-error"),
+    ("[c10d] The client socket has timed out after 600s while trying to connect to (10.0.0.1, 29500).",
+     "torch-dist-store-timeout"),
+    ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 7/8 clients joined.",
+     "torch-dist-store-clients-missing"),
+    ("ValueError: The decoder prompt (length 9000) is longer than the maximum model length of 8192. Make sure "
+     "that `max_model_len` is no smaller than the number of text tokens.", "vllm-prompt-longer-than-max-model-len"),
+    ("ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be "
+     "stored in KV cache (21520).", "vllm-max-len-exceeds-kv-cache"),
+]
+
+
+@pytest.mark.parametrize("line,rule", MESSAGE_FORMS, ids=[f"{r}-{i}" for i, (_, r) in enumerate(MESSAGE_FORMS)])
+def test_each_message_form_of_a_family_is_explained(line, rule):
+    found = explain_text(line + "\n")
+    assert found and found[0].rule == rule, [f.rule for f in found]
+
+
+def test_live_store_whose_ranks_never_join_is_a_consequence():
+    """Rank 0's store times out waiting for a rank that never came (real torch): named, but as the
+    after-effect it is, so the absent rank's own error would rank first."""
+    script = FIXTURES / "repro" / "store_clients.py"
+    proc = subprocess.run([sys.executable, str(script), str(_free_port())], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0
+    found = explain_text(proc.stderr)
+    assert found and found[0].rule == "torch-dist-store-clients-missing", proc.stderr[-2000:]
+    assert found[0].consequence
+    cause = _text("nccl-unhandled-system-error.log")
+    assert explain_text(proc.stderr + cause)[0].rule == "nccl-unhandled-system-error"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
