@@ -134,6 +134,14 @@ MESSAGE_FORMS = [
      "that `max_model_len` is no smaller than the number of text tokens.", "vllm-prompt-longer-than-max-model-len"),
     ("ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be "
      "stored in KV cache (21520).", "vllm-max-len-exceeds-kv-cache"),
+    ("EI0002: [PID: 77] A timeout occurs when the Notify register waits for execution. Waiting peer rank: 3; "
+     "task information: streamID:[2]", "hccl-notify-wait-timeout"),
+    ("EI0009: [PID: 77] Device 5 transport init error. Reason: [Create][DestLink]Create Dest error!",
+     "hccl-transport-init-error"),
+    ("EI0005: [PID: 77] The parameters of operator HcomAllGather are inconsistent between ranks, parameter count "
+     "is 1024 on the local rank and 512 on the remote rank.", "hccl-args-inconsistent"),
+    ("RuntimeError: HCCL function error: HcclCommInitRootInfoConfig(numRanks, &rootInfo, rank, &config, "
+     "&(comm->hcclComm_)), error code is 7", "hccl-comm-init-failed"),
 ]
 
 
