@@ -8,8 +8,11 @@
   batch split, GRPO with n=1, devices requested vs present, save_freq/resume, Ray CPUs for
   TransferQueue, flash-attention, data sources with no scorer.
 
-The validation functions take the composed config as a nested dict (`Composed.config`) and return
-`Problem`s; the checks turn them into findings. bench/config_agreement.py and
+Each problem's title, words (verl's own where verl has them), fix and keys are a row of
+knowledge/config_problems.toml; the code holds only the predicates, one small function per verl config
+class (or per place verl meets the problem late), each yielding a problem id and the fields its row's
+templates need. They take the composed config as a nested dict (`Composed.config`); the checks turn
+the problems into findings. bench/config_agreement.py and
 tests/test_config_differential.py compare `startup_problems` with verl's own validate_config.
 """
 from __future__ import annotations
@@ -170,155 +173,221 @@ def need_critic(cfg: dict) -> bool:
     return get(cfg, "algorithm.adv_estimator") == "gae"
 
 
+# --- the problem table (knowledge/config_problems.toml) --------------------------------------------
+
+_ROW_FIELDS = {"id", "title", "when", "severity", "keys", "reads", "message", "verl_message", "fix", "source"}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One problem of knowledge/config_problems.toml: its words and keys; the predicate is code."""
+
+    id: str
+    title: str
+    when: str
+    keys: tuple[str, ...]
+    reads: tuple[str, ...]
+    source: str
+    message: str | dict | None = None
+    fix: str | dict = ""
+    severity: str = "fail"
+    verl_message: str | None = None
+
+    def problem(self, fields: dict) -> Problem:
+        variant = fields.get("variant")
+        message = _variant(self.message, variant).format(**fields)
+        fix = _variant(self.fix, variant).format(**fields)
+        return Problem(self.id, message, fix, self.severity, list(self.keys), self.when == "startup",
+                       self.verl_message)
+
+
+def _variant(text: str | dict | None, variant: str | None) -> str:
+    return text[variant] if isinstance(text, dict) else (text or "")
+
+
+def load_problem_table(doc: dict) -> dict[str, Row]:
+    """The rows of a config_problems document, by id; a row without a title, a source or its keys
+    is an error here, so no finding can go out untitled."""
+    rows: dict[str, Row] = {}
+    for table in doc.get("problem", []):
+        pid = table.get("id") or "?"
+        unknown = sorted(set(table) - _ROW_FIELDS)
+        missing = [k for k in ("id", "title", "when", "keys", "source") if not table.get(k)]
+        if unknown or missing:
+            raise ValueError(f"config_problems.toml: {pid}: " + (f"unknown field {unknown[0]!r}" if unknown
+                                                                 else f"missing {missing[0]!r}"))
+        if table["when"] not in ("startup", "late") or pid in rows:
+            raise ValueError(f"config_problems.toml: {pid}: when must be startup or late, ids unique")
+        rows[pid] = Row(pid, table["title"], table["when"], tuple(table["keys"]), tuple(table.get("reads", ())),
+                        table["source"], table.get("message"), table.get("fix", ""),
+                        table.get("severity", "fail"), table.get("verl_message"))
+    return rows
+
+
+def _table() -> tuple[dict, dict[str, Row]]:
+    from knowledge import load_toml
+
+    doc = load_toml("config_problems.toml")
+    return doc, load_problem_table(doc)
+
+
+_DOC, PROBLEMS = _table()
+
 # Every key `startup_problems` reads: the differential test builds its view of verl's config from these.
-STARTUP_KEYS = [
-    "trainer.n_gpus_per_node", "trainer.nnodes", "data.train_batch_size", "data.val_batch_size",
-    "algorithm.use_kl_in_reward", "algorithm.adv_estimator", "algorithm.rollout_correction.bypass_mode",
-    "critic.enable",
-    *(f"actor_rollout_ref.actor.{k}" for k in (
-        "use_dynamic_bsz", "strategy", "ppo_mini_batch_size", "ppo_micro_batch_size",
-        "ppo_micro_batch_size_per_gpu", "loss_agg_mode", "ulysses_sequence_parallel_size", "use_kl_loss",
-        "optim.lr_scheduler_type", "fsdp_config.strategy", "fsdp_config.router_replay.mode",
-        "megatron.tensor_model_parallel_size", "megatron.pipeline_model_parallel_size",
-        "megatron.context_parallel_size")),
-    *(f"actor_rollout_ref.{s}.{k}" for s in ("ref", "rollout")
-      for k in ("log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu")),
-    "actor_rollout_ref.rollout.n", "actor_rollout_ref.rollout.name", "actor_rollout_ref.rollout.temperature",
-    "actor_rollout_ref.rollout.val_kwargs.do_sample", "actor_rollout_ref.model.use_remove_padding",
-    "actor_rollout_ref.model.lora.rank", "actor_rollout_ref.model.lora.merge", "actor_rollout_ref.model.lora_rank",
-]
+STARTUP_KEYS = list(dict.fromkeys(
+    [k for r in PROBLEMS.values() if r.when == "startup" for k in r.keys + r.reads]
+    + list(_DOC.get("startup", {}).get("reads", ()))))
 
 
-def startup_problems(cfg: dict) -> list[Problem]:
-    """What verl's validate_config rejects, with its messages. verl stops at the first; this lists
-    them all, in the order verl would meet them."""
-    out: list[Problem] = []
-    actor = get(cfg, "actor_rollout_ref.actor", {}) or {}
-    rollout = get(cfg, "actor_rollout_ref.rollout", {}) or {}
-    n_gpus = (get(cfg, "trainer.n_gpus_per_node", 1) or 0) * (get(cfg, "trainer.nnodes", 1) or 0)
-    B = get(cfg, "data.train_batch_size")
-    dynamic = bool(actor.get("use_dynamic_bsz"))
+# --- verl's start-up validation, one predicate per verl config class, in verl's order -------------
+# A predicate yields (problem id, fields for the row's templates); the row words the problem.
 
-    def add(pid, msg, fix, *keys, verl_message=None):
-        out.append(Problem(pid, msg, fix, "fail", list(keys), True, verl_message))
+def _actor(cfg: dict) -> dict:
+    return get(cfg, "actor_rollout_ref.actor", {}) or {}
 
-    if not dynamic:
-        if actor.get("strategy") == "megatron":
-            meg = actor.get("megatron") or {}
-            mp = (meg.get("tensor_model_parallel_size") or 1) * (meg.get("pipeline_model_parallel_size") or 1)
-            cp = meg.get("context_parallel_size") or 1
-            if n_gpus % (mp * cp):
-                add("config.megatron_parallel",
-                    f"n_gpus ({n_gpus}) must be divisible by model_parallel_size ({mp}) times "
-                    f"context_parallel_size ({cp})", "make TP*PP*CP divide nnodes*n_gpus_per_node",
-                    "trainer.n_gpus_per_node")
-            minimal = (n_gpus // (mp * cp)) * (actor.get("ppo_micro_batch_size_per_gpu") or 0)
-        else:
-            minimal = n_gpus
-        real = (B or 0) * (rollout.get("n") or 0)
-        if minimal and real % minimal:
-            add("config.train_batch_divisible",
-                f"real_train_batch_size ({real}) must be divisible by minimal possible batch size ({minimal})",
-                f"make data.train_batch_size * rollout.n a multiple of {minimal} "
-                f"(e.g. data.train_batch_size={_round_up(B, minimal, rollout.get('n') or 1)})",
-                "data.train_batch_size", "actor_rollout_ref.rollout.n")
-    # the nested dataclasses are built (and validate themselves) before the actor's own __post_init__
-    fsdp = actor.get("fsdp_config") or {}
-    if actor.get("strategy") != "megatron" and fsdp.get("strategy") not in FSDP_STRATEGIES:
-        add("config.fsdp_strategy", f"strategy {fsdp.get('strategy')} not supported",
-            f"actor_rollout_ref.actor.strategy one of {', '.join(FSDP_STRATEGIES)}",
-            "actor_rollout_ref.actor.strategy")
-    optim = actor.get("optim") or {}
-    if optim.get("lr_scheduler_type", "constant") not in ("constant", "cosine"):
-        add("config.lr_scheduler", f"actor optim.lr_scheduler_type={optim.get('lr_scheduler_type')!r} is not "
-            "constant or cosine (verl fails with a bare AssertionError in FSDPOptimizerConfig)",
-            "actor_rollout_ref.actor.optim.lr_scheduler_type=constant or cosine",
-            "actor_rollout_ref.actor.optim.lr_scheduler_type", verl_message="")
-    replay = ((fsdp.get("router_replay") or {}).get("mode")) if isinstance(fsdp, dict) else None
+
+def _n_gpus(cfg: dict) -> int:
+    return (get(cfg, "trainer.n_gpus_per_node", 1) or 0) * (get(cfg, "trainer.nnodes", 1) or 0)
+
+
+def _dynamic(cfg: dict) -> bool:
+    return bool(_actor(cfg).get("use_dynamic_bsz"))
+
+
+def _replay_mode(cfg: dict):
+    fsdp = _actor(cfg).get("fsdp_config") or {}
+    return ((fsdp.get("router_replay") or {}).get("mode")) if isinstance(fsdp, dict) else None
+
+
+def validate_config_batch(cfg: dict):
+    """verl.utils.config.validate_config: the batch must split over the devices (megatron: over DP)."""
+    if _dynamic(cfg):
+        return
+    actor, n_gpus = _actor(cfg), _n_gpus(cfg)
+    if actor.get("strategy") == "megatron":
+        meg = actor.get("megatron") or {}
+        mp = (meg.get("tensor_model_parallel_size") or 1) * (meg.get("pipeline_model_parallel_size") or 1)
+        cp = meg.get("context_parallel_size") or 1
+        if n_gpus % (mp * cp):
+            yield "config.megatron_parallel", {"n_gpus": n_gpus, "mp": mp, "cp": cp}
+        minimal = (n_gpus // (mp * cp)) * (actor.get("ppo_micro_batch_size_per_gpu") or 0)
+    else:
+        minimal = n_gpus
+    B, n = get(cfg, "data.train_batch_size"), get(cfg, "actor_rollout_ref.rollout.n")
+    real = (B or 0) * (n or 0)
+    if minimal and real % minimal:
+        yield "config.train_batch_divisible", {"real": real, "minimal": minimal,
+                                               "suggest": _round_up(B, minimal, n or 1)}
+
+
+def fsdp_engine_config(cfg: dict):
+    """FSDPEngineConfig.__post_init__ (the nested dataclasses validate before the actor's own)."""
+    actor = _actor(cfg)
+    strategy = (actor.get("fsdp_config") or {}).get("strategy")
+    if actor.get("strategy") != "megatron" and strategy not in FSDP_STRATEGIES:
+        yield "config.fsdp_strategy", {"strategy": strategy, "choices": ", ".join(FSDP_STRATEGIES)}
+
+
+def fsdp_optimizer_config(cfg: dict):
+    """FSDPOptimizerConfig.__post_init__ (a bare assert)."""
+    kind = (_actor(cfg).get("optim") or {}).get("lr_scheduler_type", "constant")
+    if kind not in ("constant", "cosine"):
+        yield "config.lr_scheduler", {"value": kind}
+
+
+def engine_router_replay_config(cfg: dict):
+    """EngineRouterReplayConfig.__post_init__."""
+    replay = _replay_mode(cfg)
     if replay is not None and replay not in ROUTER_REPLAY_MODES:
-        add("config.router_replay",
-            f"Invalid router_replay mode: {replay}. Must be one of {list(ROUTER_REPLAY_MODES)}",
-            "router_replay.mode=disabled", "actor_rollout_ref.actor.router_replay.mode")
-    # ActorConfig.__post_init__
+        yield "config.router_replay", {"mode": replay, "modes": list(ROUTER_REPLAY_MODES)}
+
+
+def actor_config_post_init(cfg: dict):
+    """ActorConfig.__post_init__: one micro batch setting, a known loss_agg_mode."""
+    actor = _actor(cfg)
     micro, micro_gpu = actor.get("ppo_micro_batch_size"), actor.get("ppo_micro_batch_size_per_gpu")
-    if not dynamic:
-        if micro is not None and micro_gpu is not None:
-            add("config.actor_micro_both",
-                "[actor] You have set both 'actor.ppo_micro_batch_size' AND 'actor.ppo_micro_batch_size_per_gpu'. "
-                "Please remove 'actor.ppo_micro_batch_size' because only '*_ppo_micro_batch_size_per_gpu' is "
-                "supported (the former is deprecated).", "remove actor_rollout_ref.actor.ppo_micro_batch_size",
-                "actor_rollout_ref.actor.ppo_micro_batch_size")
-        elif micro is None and micro_gpu is None:
-            add("config.actor_micro_missing",
-                "[actor] Please set at least one of 'actor.ppo_micro_batch_size' or "
-                "'actor.ppo_micro_batch_size_per_gpu' if use_dynamic_bsz is not enabled.",
-                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 (or actor.use_dynamic_bsz=True)",
-                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
+    if not _dynamic(cfg) and micro is not None and micro_gpu is not None:
+        yield "config.actor_micro_both", {}
+    elif not _dynamic(cfg) and micro is None and micro_gpu is None:
+        yield "config.actor_micro_missing", {}
     if actor.get("loss_agg_mode") not in LOSS_AGG_MODES:
-        add("config.loss_agg_mode", f"Invalid loss_agg_mode: {actor.get('loss_agg_mode')}",
-            f"one of {', '.join(LOSS_AGG_MODES)}", "actor_rollout_ref.actor.loss_agg_mode")
-    # ActorConfig.validate / FSDPActorConfig.validate
-    M = actor.get("ppo_mini_batch_size")
-    if not dynamic and isinstance(B, int) and isinstance(M, int):
-        sp = actor.get("ulysses_sequence_parallel_size", 1) or 1
-        if B < M:
-            add("config.mini_gt_train",
-                f"train_batch_size ({B}) must be >= actor.ppo_mini_batch_size ({M})",
-                f"actor_rollout_ref.actor.ppo_mini_batch_size={B} or data.train_batch_size={M}",
-                "data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size")
-        elif micro is not None:
-            if M % micro:
-                add("config.mini_micro_divisible",
-                    f"ppo_mini_batch_size ({M}) must be divisible by ppo_micro_batch_size ({micro})",
-                    "use actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu instead",
-                    "actor_rollout_ref.actor.ppo_micro_batch_size")
-            elif micro * sp < n_gpus:
-                add("config.micro_lt_gpus",
-                    f"ppo_micro_batch_size ({micro}) * ulysses_sequence_parallel_size ({sp}) must be >= "
-                    f"n_gpus ({n_gpus})", "use actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu instead",
-                    "actor_rollout_ref.actor.ppo_micro_batch_size")
+        yield "config.loss_agg_mode", {"mode": actor.get("loss_agg_mode"), "choices": ", ".join(LOSS_AGG_MODES)}
+
+
+def actor_config_validate(cfg: dict):
+    """ActorConfig.validate(n_gpus, train_batch_size): the mini and micro batch against the batch."""
+    actor, n_gpus = _actor(cfg), _n_gpus(cfg)
+    B, M, micro = get(cfg, "data.train_batch_size"), actor.get("ppo_mini_batch_size"), actor.get("ppo_micro_batch_size")
+    if _dynamic(cfg) or not isinstance(B, int) or not isinstance(M, int):
+        return
+    sp = actor.get("ulysses_sequence_parallel_size", 1) or 1
+    if B < M:
+        yield "config.mini_gt_train", {"B": B, "M": M}
+    elif micro is not None and M % micro:
+        yield "config.mini_micro_divisible", {"M": M, "micro": micro}
+    elif micro is not None and micro * sp < n_gpus:
+        yield "config.micro_lt_gpus", {"micro": micro, "sp": sp, "n_gpus": n_gpus}
+
+
+def fsdp_actor_config_validate(cfg: dict):
+    """FSDPActorConfig.validate: sequence parallelism needs remove-padding."""
+    actor = _actor(cfg)
     if actor.get("strategy") != "megatron" and (actor.get("ulysses_sequence_parallel_size", 1) or 1) > 1 \
             and not get(cfg, "actor_rollout_ref.model.use_remove_padding", False):
-        add("config.sp_remove_padding",
-            "When using sequence parallelism for actor/ref policy, you must enable `use_remove_padding`.",
-            "actor_rollout_ref.model.use_remove_padding=True", "actor_rollout_ref.model.use_remove_padding")
-    # router replay vs rollout correction
+        yield "config.sp_remove_padding", {}
+
+
+def router_replay_rollout_correction(cfg: dict):
+    """verl.utils.config._validate_router_replay_config."""
     corr = get(cfg, "algorithm.rollout_correction") or {}
-    if replay == "R2" and isinstance(corr, dict) and corr.get("bypass_mode"):
-        add("config.router_replay_bypass",
-            "router_replay.mode='R2' requires algorithm.rollout_correction.bypass_mode=False: R2 records routes "
-            "while recomputing actor old_log_probs, but bypass mode skips that forward.",
-            "algorithm.rollout_correction.bypass_mode=False", "algorithm.rollout_correction.bypass_mode")
-    if not dynamic:
-        sections = (["actor_rollout_ref.ref"] if need_reference_policy(cfg) else []) + ["actor_rollout_ref.rollout"]
-        for name in sections:
-            node = get(cfg, name) or {}
-            mbs, per_gpu = node.get("log_prob_micro_batch_size"), node.get("log_prob_micro_batch_size_per_gpu")
-            param = "log_prob_micro_batch_size"
-            short = name.rsplit(".", 1)[1]
-            if mbs is None and per_gpu is None:
-                add(f"config.{short}_log_prob_micro_missing",
-                    f"[{name}] Please set at least one of '{name}.{param}' or '{name}.{param}_per_gpu'.",
-                    f"{name}.{param}_per_gpu=4", f"{name}.{param}_per_gpu")
-            elif mbs is not None and per_gpu is not None:
-                add(f"config.{short}_log_prob_micro_both",
-                    f"[{name}] You have set both '{name}.{param}' AND '{name}.{param}_per_gpu'. Please remove "
-                    f"'{name}.{param}' because only '*_{param}_per_gpu' is supported (the former is deprecated).",
-                    f"remove {name}.{param}", f"{name}.{param}")
-    val = rollout.get("val_kwargs") or {}
-    if val.get("do_sample") and not (rollout.get("temperature", 1.0) > 0):
-        add("config.val_temperature", "validation gen temperature should be greater than 0 when enabling do_sample",
-            "actor_rollout_ref.rollout.temperature=1.0", "actor_rollout_ref.rollout.temperature")
+    if _replay_mode(cfg) == "R2" and isinstance(corr, dict) and corr.get("bypass_mode"):
+        yield "config.router_replay_bypass", {}
+
+
+def validate_config_log_prob(cfg: dict):
+    """validate_config's check_mutually_exclusive for the ref (when KL needs it) and the rollout."""
+    if _dynamic(cfg):
+        return
+    sections = [("ref", "config.ref_log_prob_micro_missing", "config.ref_log_prob_micro_both"),
+                ("rollout", "config.rollout_log_prob_micro_missing", "config.rollout_log_prob_micro_both")]
+    for short, missing, both in sections[0 if need_reference_policy(cfg) else 1:]:
+        node = get(cfg, f"actor_rollout_ref.{short}") or {}
+        mbs, per_gpu = node.get("log_prob_micro_batch_size"), node.get("log_prob_micro_batch_size_per_gpu")
+        if mbs is None and per_gpu is None:
+            yield missing, {}
+        elif mbs is not None and per_gpu is not None:
+            yield both, {}
+
+
+def validate_config_sampling(cfg: dict):
+    """validate_config: validation sampling needs a positive temperature."""
+    rollout = get(cfg, "actor_rollout_ref.rollout", {}) or {}
+    if (rollout.get("val_kwargs") or {}).get("do_sample") and not (rollout.get("temperature", 1.0) > 0):
+        yield "config.val_temperature", {}
+
+
+def vllm_lora_rank(cfg: dict):
+    """validate_config -> vllm_rollout.utils.get_vllm_max_lora_rank (vLLM serves ranks up to 512)."""
     lora = get(cfg, "actor_rollout_ref.model.lora") or {}
     rank = lora.get("rank", 0) or 0
     if rank <= 0:
         rank = get(cfg, "actor_rollout_ref.model.lora_rank", 0) or 0
     if lora.get("merge"):
         rank = 0
-    if rank > 512 and rollout.get("name") == "vllm":
-        add("config.lora_rank", f"lora_rank must be less than or equal to 512, but got {rank}",
-            "actor_rollout_ref.model.lora.rank=512 or less", "actor_rollout_ref.model.lora.rank")
-    return out
+    if rank > 512 and get(cfg, "actor_rollout_ref.rollout.name") == "vllm":
+        yield "config.lora_rank", {"rank": rank}
+
+
+STARTUP_PREDICATES = (validate_config_batch, fsdp_engine_config, fsdp_optimizer_config, engine_router_replay_config,
+                      actor_config_post_init, actor_config_validate, fsdp_actor_config_validate,
+                      router_replay_rollout_correction, validate_config_log_prob, validate_config_sampling,
+                      vllm_lora_rank)
+
+
+def startup_problems(cfg: dict) -> list[Problem]:
+    """What verl's validate_config rejects, with its messages. verl stops at the first; this lists
+    them all, in the order verl would meet them."""
+    return [PROBLEMS[pid].problem(fields) for pred in STARTUP_PREDICATES for pid, fields in pred(cfg)]
 
 
 def _round_up(B, minimal, n) -> int:
@@ -329,76 +398,81 @@ def _round_up(B, minimal, n) -> int:
     return b
 
 
-# --- what verl checks late, or never ---------------------------------------------------------------
+# --- what verl checks late, or never: one predicate per place verl (or nothing) meets it ------------
+# A predicate takes the config and the node's facts (devices, CPUs, flash-attn, NPU).
 
-def late_problems(cfg: dict, devices_per_node: int | None = None, cpus: int | None = None,
-                  flash_attn: bool | None = None, npu: bool = False,
-                  devices_limit: tuple[str, str] | None = None) -> list[Problem]:
-    out: list[Problem] = []
-    actor = get(cfg, "actor_rollout_ref.actor", {}) or {}
-    rollout = get(cfg, "actor_rollout_ref.rollout", {}) or {}
-    per_node = get(cfg, "trainer.n_gpus_per_node", 1) or 1
-    nnodes = get(cfg, "trainer.nnodes", 1) or 1
+def _rollout(cfg: dict) -> dict:
+    return get(cfg, "actor_rollout_ref.rollout", {}) or {}
+
+
+def _world(cfg: dict) -> tuple[int, int]:
+    return get(cfg, "trainer.n_gpus_per_node", 1) or 1, get(cfg, "trainer.nnodes", 1) or 1
+
+
+def rollout_parallel(cfg: dict, facts: dict):
+    """The rollout workers (engine_workers / vllm_async_server): TP*DP*PP must split the devices."""
+    rollout = _rollout(cfg)
+    per_node, nnodes = _world(cfg)
     world = per_node * nnodes
     tp = rollout.get("tensor_model_parallel_size", 1) or 1
-    dp = rollout.get("data_parallel_size", 1) or 1
-    pp = rollout.get("pipeline_model_parallel_size", 1) or 1
-    if world % (tp * dp * pp):
-        out.append(Problem("config.rollout_tp",
-                           f"rollout world_size: {world} is not divisible by infer_world_size: {tp * dp * pp}",
-                           f"actor_rollout_ref.rollout.tensor_model_parallel_size={_divisor(per_node, tp)}",
-                           keys=["actor_rollout_ref.rollout.tensor_model_parallel_size"]))
+    infer = tp * (rollout.get("data_parallel_size", 1) or 1) * (rollout.get("pipeline_model_parallel_size", 1) or 1)
+    fields = {"world": world, "infer": infer, "per_node": per_node, "tp": tp, "suggest": _divisor(per_node, tp)}
+    if world % infer:
+        yield "config.rollout_tp", {**fields, "variant": "world"}
     elif tp > per_node or per_node % tp:
-        out.append(Problem("config.rollout_tp",
-                           f"gpus_per_node should be divisible by tensor_model_parallel_size "
-                           f"(n_gpus_per_node={per_node}, tensor_model_parallel_size={tp})",
-                           f"actor_rollout_ref.rollout.tensor_model_parallel_size={_divisor(per_node, tp)}",
-                           keys=["actor_rollout_ref.rollout.tensor_model_parallel_size"]))
-    B, n, M = get(cfg, "data.train_batch_size"), rollout.get("n") or 1, actor.get("ppo_mini_batch_size")
-    micro = actor.get("ppo_micro_batch_size_per_gpu")
-    sp = actor.get("ulysses_sequence_parallel_size", 1) or 1
-    train_dp = max(world // sp, 1)
-    if not actor.get("use_dynamic_bsz") and isinstance(M, int) and isinstance(B, int) and B >= M:
-        mini = M * n
-        if mini % train_dp:
-            out.append(Problem("config.mini_batch_dp",
-                               f"Got mini_batch_size={mini} and self.engine.get_data_parallel_size()={train_dp}",
-                               f"make ppo_mini_batch_size*rollout.n ({M}*{n}) a multiple of the data-parallel "
-                               f"size {train_dp}", keys=["actor_rollout_ref.actor.ppo_mini_batch_size"]))
-        elif isinstance(micro, int) and micro > 0 and (mini // train_dp) % micro:
-            local = mini // train_dp
-            out.append(Problem("config.micro_split",
-                               "data size must be divisible by force_group_size * micro_batch_size_per_gpu "
-                               f"(ppo_mini_batch_size*n/dp = {M}*{n}/{train_dp} = {local} per device, "
-                               f"micro batch {micro}); verl 0.9 finds this at the first update step",
-                               f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={_divisor(local, micro)}",
-                               keys=["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]))
-    if get(cfg, "algorithm.adv_estimator") in GROUP_ADV and n < 2:
-        out.append(Problem("config.grpo_n",
-                           f"algorithm.adv_estimator={get(cfg, 'algorithm.adv_estimator')} with "
-                           f"actor_rollout_ref.rollout.n={n}: each group has one response, so every advantage is "
-                           "0 and the policy never learns (verl does not check this)",
-                           "actor_rollout_ref.rollout.n=4 (or more)", keys=["actor_rollout_ref.rollout.n"]))
-    if rollout.get("name") in (None, "???"):
-        out.append(Problem("config.rollout_name", "Missing mandatory value: actor_rollout_ref.rollout.name",
-                           "actor_rollout_ref.rollout.name=vllm (or sglang)",
-                           keys=["actor_rollout_ref.rollout.name"]))
-    if devices_per_node is not None and devices_per_node < per_node:
-        var = devices_limit[0] if devices_limit else None
-        has = (f"{var}={devices_limit[1]} leaves Ray {devices_per_node} of this node's devices" if var
-               else f"this node has {devices_per_node} devices")
-        out.append(Problem("config.devices",
-                           f"trainer.n_gpus_per_node={per_node} but {has}: "
-                           f"verl stops with 'Total available GPUs {devices_per_node * nnodes} is less than total "
-                           f"desired GPUs {world}'",
-                           f"trainer.n_gpus_per_node={devices_per_node}"
-                           + (f" (or list {per_node} devices in {var} before `ray start`)" if var else ""),
-                           keys=["trainer.n_gpus_per_node"]))
+        yield "config.rollout_tp", {**fields, "variant": "per_node"}
+
+
+def actor_update_batches(cfg: dict, facts: dict):
+    """The actor's first update step: mini batch over DP ranks, then the per-device part over micro batches."""
+    actor, n = _actor(cfg), _rollout(cfg).get("n") or 1
+    B, M, micro = get(cfg, "data.train_batch_size"), actor.get("ppo_mini_batch_size"), actor.get("ppo_micro_batch_size_per_gpu")
+    per_node, nnodes = _world(cfg)
+    dp = max(per_node * nnodes // (actor.get("ulysses_sequence_parallel_size", 1) or 1), 1)
+    if actor.get("use_dynamic_bsz") or not isinstance(M, int) or not isinstance(B, int) or B < M:
+        return
+    mini = M * n
+    if mini % dp:
+        yield "config.mini_batch_dp", {"mini": mini, "dp": dp, "M": M, "n": n}
+    elif isinstance(micro, int) and micro > 0 and (mini // dp) % micro:
+        local = mini // dp
+        yield "config.micro_split", {"M": M, "n": n, "dp": dp, "local": local, "micro": micro,
+                                     "suggest": _divisor(local, micro)}
+
+
+def grpo_group(cfg: dict, facts: dict):
+    """Group advantage estimators (GRPO, RLOO, ...) need two or more responses per prompt."""
+    adv, n = get(cfg, "algorithm.adv_estimator"), _rollout(cfg).get("n") or 1
+    if adv in GROUP_ADV and n < 2:
+        yield "config.grpo_n", {"adv": adv, "n": n}
+
+
+def rollout_name(cfg: dict, facts: dict):
+    """RolloutConfig.name is ??? in verl's yaml: read when the rollout worker starts."""
+    if _rollout(cfg).get("name") in (None, "???"):
+        yield "config.rollout_name", {}
+
+
+def resource_pool(cfg: dict, facts: dict):
+    """RayResourcePool: the devices Ray sees on the node against trainer.n_gpus_per_node."""
+    count, limit = facts.get("devices_per_node"), facts.get("devices_limit")
+    per_node, nnodes = _world(cfg)
+    if count is not None and count < per_node:
+        fields = {"per_node": per_node, "count": count, "available": count * nnodes, "world": per_node * nnodes}
+        if limit:
+            fields.update(variant="var", var=limit[0], value=limit[1])
+        yield "config.devices", {"variant": "count", **fields}
+
+
+def checkpoint_resume(cfg: dict, facts: dict):
+    """resume_mode=auto resumes from checkpoints that save_freq=-1 never writes."""
     if get(cfg, "trainer.save_freq", -1) in (-1, 0, None) and get(cfg, "trainer.resume_mode") == "auto":
-        out.append(Problem("config.resume_nothing",
-                           "trainer.resume_mode=auto with trainer.save_freq=-1: no checkpoint is ever written, "
-                           "so a restart begins again from step 0", "trainer.save_freq=20 (any positive step count)",
-                           "warn", ["trainer.save_freq"]))
+        yield "config.resume_nothing", {}
+
+
+def ray_cpus(cfg: dict, cpus: int | None) -> list[Problem]:
+    """TransferQueue's storage actors against the Ray CPUs: a hang with no error, worded here."""
+    out: list[Problem] = []
     if cpus is not None and get(cfg, "trainer.use_v1", True):
         units = get(cfg, "transfer_queue.backend.SimpleStorage.num_data_storage_units", 0) or 0
         # research/verl.md 6, a3/a4: with 2 Ray CPUs the TaskRunner and ONE storage unit start and
@@ -412,14 +486,29 @@ def late_problems(cfg: dict, devices_per_node: int | None = None, cpus: int | No
                                f"ray_kwargs.ray_init.num_cpus={need} (or "
                                f"transfer_queue.backend.SimpleStorage.num_data_storage_units={max(have - 1, 1)})",
                                keys=["ray_kwargs.ray_init.num_cpus"]))
+    return out
+
+
+def flash_attention(cfg: dict, facts: dict):
+    """The model is built with flash_attention_2 unless override_config names another (not on NPU)."""
     attn = (get(cfg, "actor_rollout_ref.model.override_config") or {}).get("attn_implementation")
-    if flash_attn is False and not npu and attn in (None, "flash_attention_2"):
-        out.append(Problem("config.flash_attn",
-                           "FlashAttention2 has been toggled on, but it cannot be used due to the following error: "
-                           "the package for FlashAttention2 doesn't seem to be installed.",
-                           "+actor_rollout_ref.model.override_config.attn_implementation=sdpa "
-                           "(or pip install flash-attn)",
-                           keys=["actor_rollout_ref.model.override_config.attn_implementation"]))
+    if facts.get("flash_attn") is False and not facts.get("npu") and attn in (None, "flash_attention_2"):
+        yield "config.flash_attn", {}
+
+
+LATE_PREDICATES = (rollout_parallel, actor_update_batches, grpo_group, rollout_name, resource_pool,
+                   checkpoint_resume, lambda cfg, facts: ray_cpus(cfg, facts.get("cpus")), flash_attention)
+
+
+def late_problems(cfg: dict, devices_per_node: int | None = None, cpus: int | None = None,
+                  flash_attn: bool | None = None, npu: bool = False,
+                  devices_limit: tuple[str, str] | None = None) -> list[Problem]:
+    facts = {"devices_per_node": devices_per_node, "cpus": cpus, "flash_attn": flash_attn, "npu": npu,
+             "devices_limit": devices_limit}
+    out: list[Problem] = []
+    for pred in LATE_PREDICATES:
+        for found in pred(cfg, facts):
+            out.append(found if isinstance(found, Problem) else PROBLEMS[found[0]].problem(found[1]))
     return out
 
 
@@ -492,41 +581,9 @@ def check_validate(ctx):
     return out
 
 
-TITLES = {
-    "config.megatron_parallel": "Megatron parallel sizes do not divide the devices",
-    "config.train_batch_divisible": "train_batch_size * rollout.n does not split over the devices",
-    "config.actor_micro_both": "Both actor micro batch settings are set",
-    "config.actor_micro_missing": "No actor micro batch size",
-    "config.loss_agg_mode": "Unknown loss_agg_mode",
-    "config.fsdp_strategy": "Unknown actor strategy",
-    "config.lr_scheduler": "Unknown lr_scheduler_type",
-    "config.router_replay": "Unknown router_replay mode",
-    "config.mini_gt_train": "ppo_mini_batch_size is larger than train_batch_size",
-    "config.mini_micro_divisible": "ppo_mini_batch_size is not a multiple of ppo_micro_batch_size",
-    "config.micro_lt_gpus": "ppo_micro_batch_size is smaller than the device count",
-    "config.sp_remove_padding": "Sequence parallelism needs use_remove_padding",
-    "config.router_replay_bypass": "router_replay R2 conflicts with rollout_correction bypass_mode",
-    "config.ref_log_prob_micro_missing": "No ref log-prob micro batch size (KL is on)",
-    "config.ref_log_prob_micro_both": "Both ref log-prob micro batch settings are set",
-    "config.rollout_log_prob_micro_missing": "No rollout log-prob micro batch size",
-    "config.rollout_log_prob_micro_both": "Both rollout log-prob micro batch settings are set",
-    "config.val_temperature": "Validation sampling with temperature <= 0",
-    "config.lora_rank": "LoRA rank above vLLM's maximum",
-    "config.rollout_tp": "Rollout tensor parallel size does not fit the devices per node",
-    "config.mini_batch_dp": "Mini batch does not split over data-parallel ranks",
-    "config.micro_split": "Per-device mini batch is not a multiple of the micro batch",
-    "config.grpo_n": "GRPO with one response per prompt",
-    "config.rollout_name": "No rollout engine named",
-    "config.devices": "More devices requested than the node has",
-    "config.resume_nothing": "resume_mode=auto but no checkpoints are saved",
-    "config.ray_cpus": "Too few Ray CPUs for TransferQueue: start-up hangs",
-    "config.flash_attn": "flash-attention requested but not installed",
-}
-
-
 def _finding(p: Problem, sess) -> Finding:
     when = "verl rejects this at start-up" if p.verl_checks_at_startup else "verl finds this only after launch"
-    return Finding(p.id, "config", p.severity, TITLES.get(p.id, p.id),
+    return Finding(p.id, "config", p.severity, PROBLEMS[p.id].title,
                    f"{p.message}\n({when}; config from {sess.composed.source})", p.fix, {"settings": p.keys})
 
 
