@@ -186,8 +186,7 @@ def node_facts(req: dict, ray_node_ip: str) -> dict:
     cwd = req["cwd"]
     out: dict = {"hostname": socket.gethostname(), "ray_ip": ray_node_ip, "cwd_exists": os.path.isdir(cwd)}
     try:
-        from checks.context import CheckContext
-        from probes.facts import gather_facts
+        from probes.facts import Target, gather_facts
         from launch.script import Launch, Override
     except ImportError as exc:
         return {**out, "need_code": f"{type(exc).__name__}: {exc}"}
@@ -198,8 +197,7 @@ def node_facts(req: dict, ray_node_ip: str) -> dict:
                         module=lj.get("module"), entry=lj.get("entry"),
                         cwd=Path(lj["cwd"]) if lj.get("cwd") else None,
                         overrides=[Override(o["key"], o["value"], o["op"], o["text"]) for o in lj["overrides"]])
-    ctx = CheckContext(cwd=Path(cwd), python=req["python"], env=env, launch=launch,
-                       timeout=req["timeout"], deep=False)
+    ctx = Target(cwd=Path(cwd), python=req["python"], env=env, launch=launch, timeout=req["timeout"])
     try:
         facts = gather_facts(ctx)
     except Exception as exc:  # a fact gatherer bug on one node is that node's finding
