@@ -4,12 +4,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-CATEGORIES = (
-    "imports", "versions", "network", "workdir", "memory", "config", "data", "cluster", "other",
-)
-STATUSES = ("pass", "warn", "fail", "skip")
-# Worst first; used to fold many findings into one verdict.
-_SEVERITY = {"fail": 3, "warn": 2, "skip": 1, "pass": 0}
+from knowledge.vocabulary import CATEGORIES, SEVERITY as _SEVERITY, STATUSES
+
+__all__ = ["CATEGORIES", "STATUSES", "Finding", "Problem", "overall_status", "exit_code"]
 
 
 @dataclass

@@ -10,9 +10,9 @@ from dataclasses import replace
 
 from checks.model import CATEGORIES, Finding, overall_status
 from checks.registry import CheckResult, flatten
+from knowledge.vocabulary import MARKS
 
 CHECK_SCHEMA = "doctor.check/v1"
-MARKS = {"pass": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red"), "skip": ("-", "dim")}
 ANSI = {"green": "32", "yellow": "33", "red": "31", "dim": "2", "bold": "1"}
 
 

@@ -11,10 +11,7 @@ import textwrap
 import click
 
 from doctor.cli import DoctorError
-
-CATEGORY_COLOURS = {"memory": "magenta", "network": "cyan", "config": "yellow", "data": "yellow",
-                    "imports": "blue", "versions": "blue", "workdir": "blue", "cluster": "cyan",
-                    "other": "white"}
+from knowledge.vocabulary import CATEGORY_COLOURS
 
 
 def _catalog():
