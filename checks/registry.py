@@ -102,6 +102,8 @@ def check(id: str, category: str, title: str, needs: tuple[str, ...] = (), scope
         raise ValueError(f"{id}: {sorted(SESSION_NEEDS & set(needs))[0]!r} needs 'launch' first")
 
     def deco(fn: CheckFn) -> CheckFn:
+        if fn.__module__.split(".")[0] != "checks":  # only the package's modules are discovered and run
+            raise ValueError(f"{id}: defined in {fn.__module__}, outside the checks package: it would never run")
         seen = _REGISTRY.get(id)
         if seen and (seen.fn.__module__, seen.fn.__qualname__) != (fn.__module__, fn.__qualname__):
             raise ValueError(f"check id {id!r} is registered twice ({seen.fn.__module__}, {fn.__module__})")
