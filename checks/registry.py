@@ -13,11 +13,17 @@ the `checks.cluster.ClusterView`, not the context).
 
 What a check cannot run without (a launch, a probed interpreter, a composed config...) it declares
 with `needs=`; when one is missing the runner records the skip, worded once, in `NEEDS`.
+
+The check function's docstring is its page (`doctor rules <check-id>`), in four sections, in order:
+`What it checks:`, `How the job fails without it:`, `Fix:` and `After the fact:` (the explain rule
+ids that name the same failure in a log, comma separated, or `-`). `Check.page()` reads them.
 """
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -80,11 +86,50 @@ class Check:
     needs: tuple[str, ...] = ()  # names in NEEDS; the first one missing skips the check
     scope: str = "node"
 
+    def page(self) -> Page:
+        return read_page(self.id, self.fn.__doc__)
+
     def finding(self, out: Finding | Problem, node: str | None) -> Finding:
         if isinstance(out, Finding):
             return out
         return Finding(self.id, self.category, out.status, out.title or self.title, out.message, out.fix,
                        out.evidence, node)
+
+
+PAGE_SECTIONS = ("What it checks", "How the job fails without it", "Fix", "After the fact")
+
+
+class PageError(ValueError):
+    """A check whose docstring is not a page in the four sections."""
+
+
+@dataclass(frozen=True)
+class Page:
+    what: str
+    fails: str
+    fix: str
+    rules: tuple[str, ...]  # explain rule ids for the same failure after the fact
+
+
+def read_page(check_id: str, doc: str | None) -> Page:
+    """The four sections of a check's docstring; PageError names what is missing or out of order."""
+    text = inspect.cleandoc(doc or "")
+    found = []
+    for label in PAGE_SECTIONS:
+        m = re.search(rf"^{re.escape(label)}:", text, re.M)
+        if not m:
+            raise PageError(f"{check_id}: its docstring has no '{label}:' section")
+        found.append(m)
+    if [m.start() for m in found] != sorted(m.start() for m in found) or found[0].start() != 0:
+        raise PageError(f"{check_id}: the docstring must be exactly the sections {', '.join(PAGE_SECTIONS)}, in order")
+    ends = [m.start() for m in found[1:]] + [len(text)]
+    # each section's paragraphs as single lines: the renderer wraps them to its width
+    what, fails, fix, after = ("\n\n".join(" ".join(p.split()) for p in re.split(r"\n\s*\n", text[m.end():end].strip()))
+                               for m, end in zip(found, ends))
+    if not all((what, fails, fix, after)):
+        raise PageError(f"{check_id}: a section of its docstring is empty (write '-' for no explain rule)")
+    rules = () if after == "-" else tuple(r.strip() for r in after.split(",") if r.strip())
+    return Page(what, fails, fix, rules)
 
 
 _REGISTRY: dict[str, Check] = {}
