@@ -537,6 +537,22 @@ def _facts(ctx) -> dict:
 
 @check("config.keys", "config", "Config keys verl will read", needs=("launch",))
 def check_keys(ctx):
+    """What it checks: every override of the launch, composed with Hydra's own override parser against
+    verl's config (the target interpreter's verl, else the verl 0.9.1 snapshot in knowledge/verl/):
+    a key verl's config does not have (with the key most likely meant), a new key without `+`, a `+`
+    on a key that exists; keys the detected verl ignores or removed (knowledge/verl_keys.toml, each
+    with its source); values verl silently rewrites.
+
+    How the job fails without it: Hydra stops main_ppo before anything starts:
+    `Could not override 'trainer.n_gpu_per_node'. ... Key 'n_gpu_per_node' is not in struct`
+    (https://hydra.cc/docs/advanced/override_grammar/basic/). An ignored key is worse: verl 0.9 no
+    longer reads the top-level custom_reward_function.* of older scripts (the seed article's
+    section 4.3), so the run goes on with the default scorer and no warning.
+
+    Fix: the finding writes the override that works: the key it most likely meant, `+key=value` for
+    a new key, the key without `+`, or the replacement key (reward.custom_reward_function.path=...).
+
+    After the fact: hydra-override-unknown-key, verl-reward-data-source-unknown"""
     sess = _session(ctx)
     composed = sess.composed
     out = []
@@ -569,6 +585,27 @@ def check_keys(ctx):
 
 @check("config.validate", "config", "verl's start-up validation", needs=("launch", "config"))
 def check_validate(ctx):
+    """What it checks: verl's start-up validation, on the composed config: `validate_config`
+    (verl/utils/config.py) and the config dataclasses it builds (FSDPEngineConfig,
+    FSDPOptimizerConfig, the router replay config, ActorConfig and FSDPActorConfig), reproduced in
+    verl's order and with verl's words (knowledge/config_problems.toml, one row per problem with its
+    verl 0.9.1 file:line), all problems at once where verl stops at the first; and verl's own
+    validate_config, run in the config probe when verl is installed. bench/config_agreement.py
+    measures the agreement with verl's own.
+
+    How the job fails without it: main_ppo raises after its imports, before the workers start, one
+    problem per launch: `AssertionError: real_train_batch_size (30) must be divisible by minimal
+    possible batch size (8)`, `ValueError: [actor] Please set at least one of
+    'actor.ppo_micro_batch_size' or 'actor.ppo_micro_batch_size_per_gpu' ...`; fixing one shows the next.
+
+    Fix: each finding names the setting and a value that passes (e.g. a data.train_batch_size that
+    makes train_batch_size * rollout.n a multiple of the device count); `doctor plan` shows the
+    batch arithmetic behind them.
+
+    After the fact: verl-batch-not-divisible, verl-actor-micro-batch-both-set, verl-actor-micro-batch-unset,
+    verl-log-prob-micro-batch-unset, verl-ref-log-prob-micro-batch-unset, verl-mini-batch-exceeds-train-batch,
+    verl-invalid-loss-agg-mode, verl-sp-needs-remove-padding, verl-val-temperature-zero,
+    verl-optimizer-config-invalid, verl-config-instantiation-failed"""
     sess = _session(ctx)
     cfg = sess.composed.config
     problems = startup_problems(cfg)
@@ -589,6 +626,27 @@ def _finding(p: Problem, sess) -> Finding:
 
 @check("config.runtime", "config", "Settings verl checks late or never", needs=("launch", "config"))
 def check_runtime(ctx):
+    """What it checks: settings verl meets only minutes into the run, or never (knowledge/config_problems.toml,
+    rows with when = "late"): rollout tensor x data x pipeline parallel sizes against the devices per
+    node; the mini batch over the data-parallel ranks and each rank's share over the micro batch;
+    a group advantage estimator (GRPO, RLOO, ...) with rollout.n=1; rollout.name unset;
+    trainer.n_gpus_per_node above the devices Ray will count on this node (narrowed by
+    ASCEND_RT_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES); resume_mode=auto with save_freq=-1; Ray CPUs
+    against TransferQueue's storage actors; flash_attention_2 with flash-attn absent (not on NPU).
+
+    How the job fails without it: after Ray, the models and vLLM have started: `Total available
+    GPUs 8 is less than total desired GPUs 16` (verl/single_controller/ray/base.py), `rollout
+    world_size: 8 is not divisible by infer_world_size: 3`, `Got mini_batch_size=... and
+    self.engine.get_data_parallel_size()=...` at the first update, `FlashAttention2 has been toggled
+    on, but it cannot be used ...`. Or silently: with n=1 every advantage is 0 and the policy never
+    learns; tq.init waits forever for storage actors Ray has no CPU for; a restart begins at step 0.
+
+    Fix: the finding's override (a tensor_model_parallel_size that divides the devices per node, a
+    micro batch that divides each rank's share, rollout.n=4, the device count Ray has,
+    trainer.save_freq=20, ray_kwargs.ray_init.num_cpus, attn_implementation=sdpa).
+
+    After the fact: verl-not-enough-gpus, verl-rollout-name-missing, verl-flash-attn-missing,
+    ray-resources-unschedulable"""
     sess = _session(ctx)
     cfg = sess.composed.config
     facts = _facts(ctx)

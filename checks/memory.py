@@ -160,6 +160,25 @@ def fixes(est) -> str:
 
 @check("memory.estimate", "memory", "Device memory for the GRPO job (estimate)", needs=("launch",))
 def check_memory(ctx):
+    """What it checks: the peak device memory per device of the colocated GRPO job, phase by phase
+    (generate, weight_sync, log_prob, ref_log_prob, update), from the model's config.json and the
+    composed config: weights, gradients and Adam states sharded by FSDP (and offloaded where set),
+    activations of one micro batch (with or without gradient checkpointing), logits, vLLM's
+    gpu_memory_utilization share, the reference model (formulas: checks/plan.py). Against the device
+    memory (--device-memory, a device named in knowledge/devices.toml, else nvidia-smi / npu-smi):
+    fail above it, warn above 90% (fragmentation and communication buffers are not modelled).
+
+    How the job fails without it: out of memory minutes in, in the phase with the peak, after Ray,
+    the models and vLLM have started: `NPU out of memory. Tried to allocate ...`, `CUDA out of
+    memory`, vLLM's `No available memory for the cache blocks`; each retry pays the start-up again.
+
+    Fix: the cheapest overrides that bring the peak under, each with its new peak (a smaller
+    ppo_micro_batch_size_per_gpu or log_prob micro batch, a lower rollout.gpu_memory_utilization,
+    param/optimizer offload, gradient checkpointing); else more devices or a smaller model.
+
+    After the fact: npu-oom, memory-cuda-oom, npu-oom-rollout-init, memory-oom-generate,
+    memory-oom-weight-sync, memory-oom-log-prob, memory-oom-ref-log-prob, memory-oom-update,
+    vllm-no-cache-blocks, vllm-free-memory-below-utilization"""
     est, note = estimate_for(ctx)
     title = "Device memory for the GRPO job (estimate)"
     if est is None:
