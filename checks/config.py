@@ -242,28 +242,37 @@ STARTUP_KEYS = list(dict.fromkeys(
 # --- verl's start-up validation, one predicate per verl config class, in verl's order -------------
 # A predicate yields (problem id, fields for the row's templates); the row words the problem.
 
-def _actor(cfg: dict) -> dict:
-    return get(cfg, "actor_rollout_ref.actor", {}) or {}
+class View:
+    """The composed config, with what most predicates read looked up once per config."""
+
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+        self.actor = get(cfg, "actor_rollout_ref.actor", {}) or {}
+        self.rollout = get(cfg, "actor_rollout_ref.rollout", {}) or {}
+        self.dynamic = bool(self.actor.get("use_dynamic_bsz"))
+        self.per_node, self.nnodes = get(cfg, "trainer.n_gpus_per_node", 1), get(cfg, "trainer.nnodes", 1)
+        fsdp = self.actor.get("fsdp_config") or {}
+        self.replay_mode = ((fsdp.get("router_replay") or {}).get("mode")) if isinstance(fsdp, dict) else None
+
+    def get(self, dotted: str, default: Any = None) -> Any:
+        return get(self.cfg, dotted, default)
+
+    @property
+    def n_gpus(self) -> int:
+        """verl's n_gpus in validate_config (an unset count is 0 there)."""
+        return (self.per_node or 0) * (self.nnodes or 0)
+
+    @property
+    def world(self) -> tuple[int, int]:
+        """(devices per node, nodes) as the workers read them (an unset count is 1)."""
+        return self.per_node or 1, self.nnodes or 1
 
 
-def _n_gpus(cfg: dict) -> int:
-    return (get(cfg, "trainer.n_gpus_per_node", 1) or 0) * (get(cfg, "trainer.nnodes", 1) or 0)
-
-
-def _dynamic(cfg: dict) -> bool:
-    return bool(_actor(cfg).get("use_dynamic_bsz"))
-
-
-def _replay_mode(cfg: dict):
-    fsdp = _actor(cfg).get("fsdp_config") or {}
-    return ((fsdp.get("router_replay") or {}).get("mode")) if isinstance(fsdp, dict) else None
-
-
-def validate_config_batch(cfg: dict):
+def validate_config_batch(v: View):
     """verl.utils.config.validate_config: the batch must split over the devices (megatron: over DP)."""
-    if _dynamic(cfg):
+    if v.dynamic:
         return
-    actor, n_gpus = _actor(cfg), _n_gpus(cfg)
+    actor, n_gpus = v.actor, v.n_gpus
     if actor.get("strategy") == "megatron":
         meg = actor.get("megatron") or {}
         mp = (meg.get("tensor_model_parallel_size") or 1) * (meg.get("pipeline_model_parallel_size") or 1)
@@ -273,52 +282,52 @@ def validate_config_batch(cfg: dict):
         minimal = (n_gpus // (mp * cp)) * (actor.get("ppo_micro_batch_size_per_gpu") or 0)
     else:
         minimal = n_gpus
-    B, n = get(cfg, "data.train_batch_size"), get(cfg, "actor_rollout_ref.rollout.n")
+    B, n = v.get("data.train_batch_size"), v.get("actor_rollout_ref.rollout.n")
     real = (B or 0) * (n or 0)
     if minimal and real % minimal:
         yield "config.train_batch_divisible", {"real": real, "minimal": minimal,
                                                "suggest": _round_up(B, minimal, n or 1)}
 
 
-def fsdp_engine_config(cfg: dict):
+def fsdp_engine_config(v: View):
     """FSDPEngineConfig.__post_init__ (the nested dataclasses validate before the actor's own)."""
-    actor = _actor(cfg)
+    actor = v.actor
     strategy = (actor.get("fsdp_config") or {}).get("strategy")
     if actor.get("strategy") != "megatron" and strategy not in FSDP_STRATEGIES:
         yield "config.fsdp_strategy", {"strategy": strategy, "choices": ", ".join(FSDP_STRATEGIES)}
 
 
-def fsdp_optimizer_config(cfg: dict):
+def fsdp_optimizer_config(v: View):
     """FSDPOptimizerConfig.__post_init__ (a bare assert)."""
-    kind = (_actor(cfg).get("optim") or {}).get("lr_scheduler_type", "constant")
+    kind = (v.actor.get("optim") or {}).get("lr_scheduler_type", "constant")
     if kind not in ("constant", "cosine"):
         yield "config.lr_scheduler", {"value": kind}
 
 
-def engine_router_replay_config(cfg: dict):
+def engine_router_replay_config(v: View):
     """EngineRouterReplayConfig.__post_init__."""
-    replay = _replay_mode(cfg)
+    replay = v.replay_mode
     if replay is not None and replay not in ROUTER_REPLAY_MODES:
         yield "config.router_replay", {"mode": replay, "modes": list(ROUTER_REPLAY_MODES)}
 
 
-def actor_config_post_init(cfg: dict):
+def actor_config_post_init(v: View):
     """ActorConfig.__post_init__: one micro batch setting, a known loss_agg_mode."""
-    actor = _actor(cfg)
+    actor = v.actor
     micro, micro_gpu = actor.get("ppo_micro_batch_size"), actor.get("ppo_micro_batch_size_per_gpu")
-    if not _dynamic(cfg) and micro is not None and micro_gpu is not None:
+    if not v.dynamic and micro is not None and micro_gpu is not None:
         yield "config.actor_micro_both", {}
-    elif not _dynamic(cfg) and micro is None and micro_gpu is None:
+    elif not v.dynamic and micro is None and micro_gpu is None:
         yield "config.actor_micro_missing", {}
     if actor.get("loss_agg_mode") not in LOSS_AGG_MODES:
         yield "config.loss_agg_mode", {"mode": actor.get("loss_agg_mode"), "choices": ", ".join(LOSS_AGG_MODES)}
 
 
-def actor_config_validate(cfg: dict):
+def actor_config_validate(v: View):
     """ActorConfig.validate(n_gpus, train_batch_size): the mini and micro batch against the batch."""
-    actor, n_gpus = _actor(cfg), _n_gpus(cfg)
-    B, M, micro = get(cfg, "data.train_batch_size"), actor.get("ppo_mini_batch_size"), actor.get("ppo_micro_batch_size")
-    if _dynamic(cfg) or not isinstance(B, int) or not isinstance(M, int):
+    actor, n_gpus = v.actor, v.n_gpus
+    B, M, micro = v.get("data.train_batch_size"), actor.get("ppo_mini_batch_size"), actor.get("ppo_micro_batch_size")
+    if v.dynamic or not isinstance(B, int) or not isinstance(M, int):
         return
     sp = actor.get("ulysses_sequence_parallel_size", 1) or 1
     if B < M:
@@ -329,29 +338,29 @@ def actor_config_validate(cfg: dict):
         yield "config.micro_lt_gpus", {"micro": micro, "sp": sp, "n_gpus": n_gpus}
 
 
-def fsdp_actor_config_validate(cfg: dict):
+def fsdp_actor_config_validate(v: View):
     """FSDPActorConfig.validate: sequence parallelism needs remove-padding."""
-    actor = _actor(cfg)
+    actor = v.actor
     if actor.get("strategy") != "megatron" and (actor.get("ulysses_sequence_parallel_size", 1) or 1) > 1 \
-            and not get(cfg, "actor_rollout_ref.model.use_remove_padding", False):
+            and not v.get("actor_rollout_ref.model.use_remove_padding", False):
         yield "config.sp_remove_padding", {}
 
 
-def router_replay_rollout_correction(cfg: dict):
+def router_replay_rollout_correction(v: View):
     """verl.utils.config._validate_router_replay_config."""
-    corr = get(cfg, "algorithm.rollout_correction") or {}
-    if _replay_mode(cfg) == "R2" and isinstance(corr, dict) and corr.get("bypass_mode"):
+    corr = v.get("algorithm.rollout_correction") or {}
+    if v.replay_mode == "R2" and isinstance(corr, dict) and corr.get("bypass_mode"):
         yield "config.router_replay_bypass", {}
 
 
-def validate_config_log_prob(cfg: dict):
+def validate_config_log_prob(v: View):
     """validate_config's check_mutually_exclusive for the ref (when KL needs it) and the rollout."""
-    if _dynamic(cfg):
+    if v.dynamic:
         return
     sections = [("ref", "config.ref_log_prob_micro_missing", "config.ref_log_prob_micro_both"),
                 ("rollout", "config.rollout_log_prob_micro_missing", "config.rollout_log_prob_micro_both")]
-    for short, missing, both in sections[0 if need_reference_policy(cfg) else 1:]:
-        node = get(cfg, f"actor_rollout_ref.{short}") or {}
+    for short, missing, both in sections[0 if need_reference_policy(v.cfg) else 1:]:
+        node = v.get(f"actor_rollout_ref.{short}") or {}
         mbs, per_gpu = node.get("log_prob_micro_batch_size"), node.get("log_prob_micro_batch_size_per_gpu")
         if mbs is None and per_gpu is None:
             yield missing, {}
@@ -359,22 +368,22 @@ def validate_config_log_prob(cfg: dict):
             yield both, {}
 
 
-def validate_config_sampling(cfg: dict):
+def validate_config_sampling(v: View):
     """validate_config: validation sampling needs a positive temperature."""
-    rollout = get(cfg, "actor_rollout_ref.rollout", {}) or {}
+    rollout = v.get("actor_rollout_ref.rollout", {}) or {}
     if (rollout.get("val_kwargs") or {}).get("do_sample") and not (rollout.get("temperature", 1.0) > 0):
         yield "config.val_temperature", {}
 
 
-def vllm_lora_rank(cfg: dict):
+def vllm_lora_rank(v: View):
     """validate_config -> vllm_rollout.utils.get_vllm_max_lora_rank (vLLM serves ranks up to 512)."""
-    lora = get(cfg, "actor_rollout_ref.model.lora") or {}
+    lora = v.get("actor_rollout_ref.model.lora") or {}
     rank = lora.get("rank", 0) or 0
     if rank <= 0:
-        rank = get(cfg, "actor_rollout_ref.model.lora_rank", 0) or 0
+        rank = v.get("actor_rollout_ref.model.lora_rank", 0) or 0
     if lora.get("merge"):
         rank = 0
-    if rank > 512 and get(cfg, "actor_rollout_ref.rollout.name") == "vllm":
+    if rank > 512 and v.get("actor_rollout_ref.rollout.name") == "vllm":
         yield "config.lora_rank", {"rank": rank}
 
 
@@ -387,7 +396,8 @@ STARTUP_PREDICATES = (validate_config_batch, fsdp_engine_config, fsdp_optimizer_
 def startup_problems(cfg: dict) -> list[Problem]:
     """What verl's validate_config rejects, with its messages. verl stops at the first; this lists
     them all, in the order verl would meet them."""
-    return [PROBLEMS[pid].problem(fields) for pred in STARTUP_PREDICATES for pid, fields in pred(cfg)]
+    view = View(cfg)
+    return [PROBLEMS[pid].problem(fields) for pred in STARTUP_PREDICATES for pid, fields in pred(view)]
 
 
 def _round_up(B, minimal, n) -> int:
@@ -401,18 +411,10 @@ def _round_up(B, minimal, n) -> int:
 # --- what verl checks late, or never: one predicate per place verl (or nothing) meets it ------------
 # A predicate takes the config and the node's facts (devices, CPUs, flash-attn, NPU).
 
-def _rollout(cfg: dict) -> dict:
-    return get(cfg, "actor_rollout_ref.rollout", {}) or {}
-
-
-def _world(cfg: dict) -> tuple[int, int]:
-    return get(cfg, "trainer.n_gpus_per_node", 1) or 1, get(cfg, "trainer.nnodes", 1) or 1
-
-
-def rollout_parallel(cfg: dict, facts: dict):
+def rollout_parallel(v: View, facts: dict):
     """The rollout workers (engine_workers / vllm_async_server): TP*DP*PP must split the devices."""
-    rollout = _rollout(cfg)
-    per_node, nnodes = _world(cfg)
+    rollout = v.rollout
+    per_node, nnodes = v.world
     world = per_node * nnodes
     tp = rollout.get("tensor_model_parallel_size", 1) or 1
     infer = tp * (rollout.get("data_parallel_size", 1) or 1) * (rollout.get("pipeline_model_parallel_size", 1) or 1)
@@ -423,11 +425,11 @@ def rollout_parallel(cfg: dict, facts: dict):
         yield "config.rollout_tp", {**fields, "variant": "per_node"}
 
 
-def actor_update_batches(cfg: dict, facts: dict):
+def actor_update_batches(v: View, facts: dict):
     """The actor's first update step: mini batch over DP ranks, then the per-device part over micro batches."""
-    actor, n = _actor(cfg), _rollout(cfg).get("n") or 1
-    B, M, micro = get(cfg, "data.train_batch_size"), actor.get("ppo_mini_batch_size"), actor.get("ppo_micro_batch_size_per_gpu")
-    per_node, nnodes = _world(cfg)
+    actor, n = v.actor, v.rollout.get("n") or 1
+    B, M, micro = v.get("data.train_batch_size"), actor.get("ppo_mini_batch_size"), actor.get("ppo_micro_batch_size_per_gpu")
+    per_node, nnodes = v.world
     dp = max(per_node * nnodes // (actor.get("ulysses_sequence_parallel_size", 1) or 1), 1)
     if actor.get("use_dynamic_bsz") or not isinstance(M, int) or not isinstance(B, int) or B < M:
         return
@@ -440,23 +442,23 @@ def actor_update_batches(cfg: dict, facts: dict):
                                      "suggest": _divisor(local, micro)}
 
 
-def grpo_group(cfg: dict, facts: dict):
+def grpo_group(v: View, facts: dict):
     """Group advantage estimators (GRPO, RLOO, ...) need two or more responses per prompt."""
-    adv, n = get(cfg, "algorithm.adv_estimator"), _rollout(cfg).get("n") or 1
+    adv, n = v.get("algorithm.adv_estimator"), v.rollout.get("n") or 1
     if adv in GROUP_ADV and n < 2:
         yield "config.grpo_n", {"adv": adv, "n": n}
 
 
-def rollout_name(cfg: dict, facts: dict):
+def rollout_name(v: View, facts: dict):
     """RolloutConfig.name is ??? in verl's yaml: read when the rollout worker starts."""
-    if _rollout(cfg).get("name") in (None, "???"):
+    if v.rollout.get("name") in (None, "???"):
         yield "config.rollout_name", {}
 
 
-def resource_pool(cfg: dict, facts: dict):
+def resource_pool(v: View, facts: dict):
     """RayResourcePool: the devices Ray sees on the node against trainer.n_gpus_per_node."""
     count, limit = facts.get("devices_per_node"), facts.get("devices_limit")
-    per_node, nnodes = _world(cfg)
+    per_node, nnodes = v.world
     if count is not None and count < per_node:
         fields = {"per_node": per_node, "count": count, "available": count * nnodes, "world": per_node * nnodes}
         if limit:
@@ -464,9 +466,9 @@ def resource_pool(cfg: dict, facts: dict):
         yield "config.devices", {"variant": "count", **fields}
 
 
-def checkpoint_resume(cfg: dict, facts: dict):
+def checkpoint_resume(v: View, facts: dict):
     """resume_mode=auto resumes from checkpoints that save_freq=-1 never writes."""
-    if get(cfg, "trainer.save_freq", -1) in (-1, 0, None) and get(cfg, "trainer.resume_mode") == "auto":
+    if v.get("trainer.save_freq", -1) in (-1, 0, None) and v.get("trainer.resume_mode") == "auto":
         yield "config.resume_nothing", {}
 
 
@@ -489,15 +491,15 @@ def ray_cpus(cfg: dict, cpus: int | None) -> list[Problem]:
     return out
 
 
-def flash_attention(cfg: dict, facts: dict):
+def flash_attention(v: View, facts: dict):
     """The model is built with flash_attention_2 unless override_config names another (not on NPU)."""
-    attn = (get(cfg, "actor_rollout_ref.model.override_config") or {}).get("attn_implementation")
+    attn = (v.get("actor_rollout_ref.model.override_config") or {}).get("attn_implementation")
     if facts.get("flash_attn") is False and not facts.get("npu") and attn in (None, "flash_attention_2"):
         yield "config.flash_attn", {}
 
 
 LATE_PREDICATES = (rollout_parallel, actor_update_batches, grpo_group, rollout_name, resource_pool,
-                   checkpoint_resume, lambda cfg, facts: ray_cpus(cfg, facts.get("cpus")), flash_attention)
+                   checkpoint_resume, lambda v, facts: ray_cpus(v.cfg, facts.get("cpus")), flash_attention)
 
 
 def late_problems(cfg: dict, devices_per_node: int | None = None, cpus: int | None = None,
@@ -506,8 +508,9 @@ def late_problems(cfg: dict, devices_per_node: int | None = None, cpus: int | No
     facts = {"devices_per_node": devices_per_node, "cpus": cpus, "flash_attn": flash_attn, "npu": npu,
              "devices_limit": devices_limit}
     out: list[Problem] = []
+    view = View(cfg)
     for pred in LATE_PREDICATES:
-        for found in pred(cfg, facts):
+        for found in pred(view, facts):
             out.append(found if isinstance(found, Problem) else PROBLEMS[found[0]].problem(found[1]))
     return out
 
