@@ -401,7 +401,7 @@ def late_problems(cfg: dict, devices_per_node: int | None = None, cpus: int | No
                            "warn", ["trainer.save_freq"]))
     if cpus is not None and get(cfg, "trainer.use_v1", True):
         units = get(cfg, "transfer_queue.backend.SimpleStorage.num_data_storage_units", 0) or 0
-        # research/verl.md 6, a3/a4: with 2 Ray CPUs the TaskRunner and ONE storage unit start and
+        # verl 0.9.1 main_ppo.py (TaskRunner num_cpus=1) and transfer_queue: with 2 Ray CPUs the TaskRunner and ONE storage unit start and
         # tq.init waits forever; with 16 all start. So each unit takes a CPU beside the TaskRunner's.
         need = units + 1
         have = get(cfg, "ray_kwargs.ray_init.num_cpus") or cpus

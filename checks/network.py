@@ -5,7 +5,8 @@ excludes, a leading `=` means exact names (`^=` both). GLOO_SOCKET_IFNAME takes 
 TP_SOCKET_IFNAME one exact name, HCCL_IF_IP one local address (it wins over HCCL_SOCKET_IFNAME).
 With GLOO_SOCKET_IFNAME unset, Gloo binds to what the hostname resolves to; a hostname resolving
 to loopback makes every rank advertise 127.x and the job fails in connectFullMesh, silently.
-(research/ascend.md 5.1; DESIGN.md "Semantics that are easy to get wrong")
+(HCCL, NCCL and Gloo documentation of each variable; Gloo resolves the hostname only when its
+variable is unset)
 """
 from __future__ import annotations
 

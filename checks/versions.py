@@ -512,7 +512,7 @@ if out["torch"]["ok"]:
 print(json.dumps(out))
 """
 
-# Errors whose cause is the environment of CANN, not the package (research/ascend.md 2.3).
+# Errors whose cause is the environment of CANN, not the package (CANN's set_env.sh publishes LD_LIBRARY_PATH and ASCEND_*).
 _ENV_ERRORS = ("libhccl.so", "libascendcl.so", "libatb.so", "ASCEND_HOME_PATH", "ASCEND_OPP_PATH")
 
 
