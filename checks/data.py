@@ -83,7 +83,7 @@ def check_files(ctx):
             if not p.exists():
                 out.append(Finding(fid, "data", "fail", f"{key}: file not found", f"{p} does not exist "
                                    f"(relative paths start from {ctx.cwd})", f"check {key} or --cwd",
-                                   {"path": str(p)}))
+                                   {"path": str(p), "fact": f"missing:{os.path.abspath(p)}"}))
                 continue
             if p.suffix not in SUFFIXES:
                 out.append(Finding(fid, "data", "fail", f"{key}: unsupported file type",

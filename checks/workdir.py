@@ -6,6 +6,7 @@ article's "cd /verl before running the script" (its section 2.3).
 """
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -21,7 +22,7 @@ def _finding(ctx, id, status, title, message="", fix="", evidence=None) -> Findi
 
 
 @check("workdir.paths", "workdir", "Paths in the launch exist from the launch directory",
-       needs=("launch",))
+       needs=("launch",), owns=("missing",))
 def paths(ctx):
     out = []
     for item in ctx.get_facts().get("paths") or []:
@@ -38,6 +39,7 @@ def paths(ctx):
                                     f"{where} must be a Python file", f"{key}=<path to the .py file>", item))
             continue
         rel = f" from the launch directory {ctx.cwd}" if item["relative"] else ""
+        item = {**item, "fact": f"missing:{os.path.abspath(where)}"}  # data.files sees it too
         found = item.get("found_from") or []
         if found:
             fix = f"cd {found[0]}  (where {value} exists) before launching, or use an absolute path: " \
