@@ -20,13 +20,17 @@ ROWS = recorded()
 
 
 def _distinct_lines(path: Path) -> set[str]:
-    """Long machine-printed lines that name this failure (not a stack frame or a banner)."""
+    """Long machine-printed lines that name this failure: not a stack frame, nor the source line
+    a traceback prints under it (library code that many failures pass through), nor a banner."""
     _, body = read_header(path)
-    out = set()
+    out, after_frame = set(), False
     for line in body:
         s = line.strip()
-        if len(s) >= 40 and not s.startswith(("File ", "at ", "Traceback", "During handling", "The above")):
+        frame = s.startswith(("File ", "at "))
+        if len(s) >= 40 and not frame and not after_frame and not s.startswith(
+                ("Traceback", "During handling", "The above")):
             out.add(s)
+        after_frame = frame
     return out
 
 
