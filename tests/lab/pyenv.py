@@ -98,6 +98,9 @@ SEED_STACK = {
     "vllm-ascend": "0.11.0rc1",
     "verl": "0.7.0.dev0",
     "transformers": "4.57.1",
+    # verl's own Requires-Dist pulls these in (ray[default]>=2.41.0, wandb): the image has them
+    "ray": "2.51.1",
+    "wandb": "0.22.3",
 }
 
 
