@@ -331,6 +331,16 @@ def verl_for(target: dict | None) -> str:
     return (fits or rows)[0]["version"]
 
 
+def launch_target(have: dict) -> dict | None:
+    """The set a missing part's install line comes from: the nearest known-good set, or, beside a
+    torch_npu the matrix does not list, the documented set of that torch_npu's line."""
+    if have.get("torch_npu"):
+        row, how = placed("torch_npu", have["torch_npu"])
+        if row is not None and how != "listed":
+            return row_set("torch_npu", row)
+    return nearest_set(have)
+
+
 def _pattern(p: str) -> str:
     """A driver pattern as a person writes it: 25.2.* -> 25.2.x, 25.3.RC1* -> 25.3.RC1."""
     return re.sub(r"\.\*$", ".x", p).rstrip("*") or "see its release notes"
@@ -355,13 +365,13 @@ def part_install(part: str, need: dict, target: dict | None, asks: dict) -> str:
         bound = (verl_row(verl_for(None)) or {}).get("vllm", "")
         return f"pip install 'vllm{bound}'"
     pip = matrix()["pip_names"].get(part, part)
-    prefix = "VLLM_TARGET_DEVICE=empty " if part == "vllm" else ""
+    prefix = "VLLM_TARGET_DEVICE=empty " if part == "vllm" else ""  # vllm-ascend brings the NPU platform
     return f"{prefix}pip install {pip}=={t.get(part)}" if t.get(part) else f"pip install {pip}"
 
 
 def npu_set(part: str, asks: dict, target: dict | None) -> bool:
     """Does the part's install line come from an NPU known-good set?"""
-    return bool(target) and asks.get("device") == "npu" and part in (*SET_KEYS, "driver")
+    return bool(target) and asks.get("device") == "npu" and (part == "driver" or bool(target.get(part)))
 
 
 def _cuda_build(ctx, have: dict, need: dict) -> list[Problem]:
@@ -369,14 +379,16 @@ def _cuda_build(ctx, have: dict, need: dict) -> list[Problem]:
     build = probe_of(ctx).get("torch_build") or {}
     if not have.get("torch") or not need.get("build") or build.get("kind") in (None, need["build"]):
         return []
-    return [Problem("fail", f"torch {have['torch']} is a {build['kind']} build; {need['why']} ({cite(need['source'])}).",
+    return [Problem("fail",
+                    f"torch {have['torch']} is a {build['kind']} build; {need['why']} ({cite(need['source'])}).",
                     f"pip install torch=={release(have['torch'])} --index-url https://download.pytorch.org/whl/cu128  "
                     "(the cuXXX index of your CUDA)", {"torch_build": build},
                     f"The launch runs on cuda, but torch {have['torch']} is a {build['kind']} build")]
 
 
 def _no_launch(ctx, have: dict) -> Problem:
-    absent = [n.replace("_", "-") for n in ("torch", "torch_npu", "vllm", "vllm_ascend", "verl", "ray") if not have.get(n)]
+    absent = [n.replace("_", "-") for n in ("torch", "torch_npu", "vllm", "vllm_ascend", "verl", "ray")
+              if not have.get(n)]
     msg = ("no launch given, so doctor cannot tell which device, rollout engine, logger and node count "
            "the job needs; not judged: whether " + ", ".join(["CANN", "the NPU driver", *absent])
            + f" must be in {ctx.python}")
@@ -408,7 +420,7 @@ def launch_stack(ctx):
     if asks is None:
         return [Problem("skip", "the launch is not verl's entry point and names no trainer.device")]
     needs = needed(asks)
-    target = nearest_set({k: v for k, v in have.items() if k in SET_KEYS or k == "verl"})
+    target = launch_target(have)
     out = []
     for need in needs:
         part = need["part"]
@@ -742,7 +754,8 @@ def cann_env(ctx):
     if cann is None:
         if needs and not out and "cann" not in missing_parts(ctx):
             out.append(Problem(
-                "fail", "looked at ASCEND_HOME_PATH, ASCEND_TOOLKIT_HOME, /usr/local/Ascend/{cann,ascend-toolkit/latest}",
+                "fail",
+                "looked at ASCEND_HOME_PATH, ASCEND_TOOLKIT_HOME, /usr/local/Ascend/{cann,ascend-toolkit/latest}",
                 f"install CANN (toolkit + kernels/ops) and source {DEFAULT_SET_ENV}", {"env": env},
                 "torch_npu is installed but no CANN toolkit was found"))
         return out
@@ -795,7 +808,8 @@ def driver(ctx):
     row = _cann_row(cann)
     if row and ver and not any(fnmatch(ver.upper(), p.upper()) for p in row["driver"]):
         out.append(Problem(
-            "warn", f"CANN {row['version']} is documented with drivers {', '.join(row['driver'])} ({cite(row['source'])}).",
+            "warn",
+            f"CANN {row['version']} is documented with drivers {', '.join(row['driver'])} ({cite(row['source'])}).",
             f"install the Ascend HDK driver/firmware paired with CANN {row['version']} "
             f"({row['driver'][0].rstrip('*')}), or check with: ascend-dmi -c", {"driver": drv, "cann": cann},
             f"NPU driver {ver} is not listed for CANN {row['version']}"))
@@ -840,7 +854,7 @@ def attempt(name, fn):
     out[name]["seconds"] = round(time.perf_counter() - t0, 2)
 
 attempt("torch", lambda: __import__("torch").__version__)
-for mod in want["modules"]:
+for mod in want["modules"] if out["torch"]["ok"] else ():  # after a failed torch, a retry fails anew
     attempt(mod, lambda mod=mod: getattr(__import__(mod), "__version__", "imported"))
 
 def device_op():
@@ -920,10 +934,11 @@ def _cann_line(ctx, have: dict) -> str:
     if cann:
         return f"source {_set_env(cann)}  (CANN {cann.get('version') or ''} is installed; its environment is not set)"
     row, how = placed("torch_npu", have.get("torch_npu")) if have.get("torch_npu") else (None, "")
-    which = f"CANN {row['cann'][0]}" if row else "the CANN your torch_npu is built for"
-    said = f" (torch_npu {have['torch_npu']} is {SITS[how]}; {row['version']} pairs with it)" \
-        if row and how != "listed" else ""
-    return f"install {which} (toolkit + kernels/ops){said}, then source its set_env.sh"
+    if row is None:
+        return "install the CANN your torch_npu is built for (toolkit + kernels/ops), then source its set_env.sh"
+    said = "" if how == "listed" else (f", the CANN of torch_npu {row['version']} (torch_npu {have['torch_npu']} "
+                                        f"is {SITS[how]})")
+    return f"install CANN {row['cann'][0]}{said} (toolkit + kernels/ops), then source its set_env.sh"
 
 
 def deep_fix(ctx, name: str, result: dict, expl, have: dict) -> str:
