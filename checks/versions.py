@@ -153,6 +153,9 @@ def row_set(table: str, row: dict) -> dict:
             "source": f"vllm-ascend {row['version']}: {row['source']}"}
 
 
+JUDGED_AGAINST = {"torch_npu": "torch and CANN", "vllm_ascend": "vllm, torch_npu and CANN"}
+
+
 def unlisted(table: str, have: dict, label: str) -> list[Problem]:
     """A warning for a version the matrix does not list, with the documented set of its line."""
     version = have[table]
@@ -160,15 +163,15 @@ def unlisted(table: str, have: dict, label: str) -> list[Problem]:
     if how == "listed":
         return []
     title = f"{label} {version} is {SITS[how]}"
+    cannot = f"doctor cannot judge {label} {version} against {JUDGED_AGAINST[table]}"
     if row is None:
-        return [Problem("warn", "doctor cannot judge it against torch and CANN", "", {"installed": have}, title)]
+        return [Problem("warn", cannot, "", {"installed": have}, title)]
     target = row_set(table, row)
-    which = {"newer": "newest documented", "older": "newest documented"}.get(how, "documented")
+    which = "newest documented" if how in ("newer", "older") else "documented"
     names = ", ".join(f"{k} {target[k]}" for k in SET_KEYS if target.get(k))
-    msg = (f"doctor cannot judge {label} {version} against torch and CANN; the {which} release of its "
-           f"line is {label} {row['version']} ({cite(row['source'])}).")
+    msg = f"{cannot}; the {which} release of its line is {label} {row['version']} ({cite(row['source'])})."
     cmd = install_command(have, target)
-    fix = (f"keep {label} {version} with the CANN and torch its release notes name, or use the {which} set: "
+    fix = (f"keep {label} {version} with the versions its release notes name, or use the {which} set: "
            f"{names}" + (f"\n{cmd}" if cmd else ""))
     return [Problem("warn", msg, fix, {"installed": have, "suggested": target, "sits": how}, title)]
 
