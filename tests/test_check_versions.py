@@ -214,3 +214,25 @@ def test_every_versions_check_has_its_page():
         after = doc.split("After the fact:", 1)[1].split()
         ids = [w.strip(",") for w in after if w.strip(",") != "-"]
         assert all(rule_by_id(i) is not None for i in ids), (c.id, ids)
+
+
+@pytest.mark.parametrize("table,version,sits,suggested", [
+    ("torch_npu", "2.13.0", "newer", "2.12.0"),           # the newest documented release, not the nearest by cost
+    ("torch_npu", "2.7.1.post11", "unlisted", "2.7.1.post8"),  # the newest documented one of its 2.7 line
+    ("torch_npu", "2.7.1", "listed", "2.7.1"),
+    ("vllm_ascend", "0.30.0", "newer", "0.25.1rc1"),
+])
+def test_where_a_version_sits_in_the_matrix(table, version, sits, suggested):
+    from checks.versions import placed
+
+    row, how = placed(table, version)
+    assert (how, row["version"]) == (sits, suggested)
+
+
+def test_a_vllm_ascend_newer_than_the_matrix_is_said_to_be_newer(tmp_path):
+    stack = dict(SEED_STACK, **{"vllm-ascend": "0.30.0"})
+    python, _, _, env = _image(tmp_path, stack=stack, driver=None)
+    rc, doc, found = _versions(python, env, tmp_path)
+    (f,) = found["versions.vllm_ascend"]
+    assert f["status"] == "warn" and f["title"] == "vllm-ascend 0.30.0 is newer than the matrix"
+    assert "vllm_ascend 0.25.1rc1" in f["fix"] and "vllm, torch_npu and CANN" in f["message"]
