@@ -369,7 +369,9 @@ def part_install(part: str, need: dict, target: dict | None, asks: dict) -> str:
         return f"pip install 'vllm{bound}'"
     pip = matrix()["pip_names"].get(part, part)
     prefix = "VLLM_TARGET_DEVICE=empty " if part == "vllm" else ""  # vllm-ascend brings the NPU platform
-    return f"{prefix}pip install {pip}=={t.get(part)}" if t.get(part) else f"pip install {pip}"
+    if t.get(part):
+        return f"{prefix}pip install {pip}=={t[part]}"
+    return f"{prefix}pip install {pip}  (no documented set has your torch_npu: the release made for it)"
 
 
 def npu_set(part: str, asks: dict, target: dict | None) -> bool:
