@@ -395,13 +395,27 @@ def _no_launch(ctx, have: dict) -> Problem:
     absent = [n.replace("_", "-") for n in ("torch", "torch_npu", "vllm", "vllm_ascend", "verl", "ray")
               if not have.get(n)]
     msg = ("no launch given, so doctor cannot tell which device, rollout engine, logger and node count "
-           "the job needs; not judged: whether " + ", ".join(["CANN", "the NPU driver", *absent])
-           + f" must be in {ctx.python}")
+           "the job needs; not judged: whether it needs CANN and the NPU driver on this node"
+           + (f", or {', '.join(absent)} in {ctx.python}" if absent else ""))
     fix = "give the launch: doctor check -- bash run_grpo.sh"
     if have.get("torch"):
         return Problem("skip", msg, fix, {"installed": have})
     return Problem("warn", msg + " (it has no torch at all)", fix, {"installed": have},
                    "torch is not installed and no launch says what the job needs")
+
+
+def _missing(ctx, need: dict, asks: dict, target: dict | None) -> Problem:
+    part = need["part"]
+    label = {"cann": "CANN", "driver": "the NPU driver"}.get(part, part.replace("_", "-"))
+    on = f" (the launch runs on {asks['device']}: {asks['device_from']})" if "device" in need["when"] else ""
+    where = {"cann": "this node has no CANN toolkit (ASCEND_HOME_PATH, /usr/local/Ascend)",
+             "driver": "this node has no NPU driver (/usr/local/Ascend/driver/version.info)"}.get(
+        part, f"{ctx.python} has no {label}")
+    fix = part_install(part, need, target, asks)
+    if npu_set(part, asks, target):
+        fix += f"\n({set_names(target)})"
+    return Problem("fail", f"{need['why']} ({cite(need['source'])}){on}; {where}.", fix,
+                   {"part": part, "asks": asks, "nearest": target}, f"The launch needs {label}: not installed")
 
 
 @check("versions.launch_stack", "versions", "The stack holds what the launch needs", needs=("probe",))
@@ -424,24 +438,13 @@ def launch_stack(ctx):
     asks = launch_asks(ctx)
     if asks is None:
         return [Problem("skip", "the launch is not verl's entry point and names no trainer.device")]
-    needs = needed(asks)
     target = launch_target(have)
     out = []
-    for need in needs:
-        part = need["part"]
-        if _present(part, have, ctx):
+    for need in needed(asks):
+        if _present(need["part"], have, ctx):
             out += _cuda_build(ctx, have, need)
-            continue
-        label = {"cann": "CANN", "driver": "the NPU driver"}.get(part, part.replace("_", "-"))
-        on = f" (the launch runs on {asks['device']}: {asks['device_from']})" if "device" in need["when"] else ""
-        where = {"cann": "this node has no CANN toolkit (ASCEND_HOME_PATH, /usr/local/Ascend)",
-                 "driver": "this node has no NPU driver (/usr/local/Ascend/driver/version.info)"}.get(
-            part, f"{ctx.python} has no {label}")
-        out.append(Problem(
-            "fail", f"{need['why']} ({cite(need['source'])}){on}; {where}.",
-            part_install(part, need, target, asks) + (f"\n({set_names(target)})" if npu_set(part, asks, target)
-                                                      else ""),
-            {"part": part, "asks": asks, "nearest": target}, f"The launch needs {label}: not installed"))
+        else:
+            out.append(_missing(ctx, need, asks, target))
     return out
 
 
@@ -973,7 +976,7 @@ def _deep_groups(ctx, result: dict) -> dict[str, list[tuple[str, dict, object]]]
     return groups
 
 
-def _deep_problem(ctx, group: list, have: dict, result: dict) -> Problem:
+def _deep_problem(ctx, group: list, have: dict) -> Problem:
     name, r, expl = group[0]
     names = [n for n, _, _ in group]
     imports = [f"`import {n}`" for n in names if n not in _WHAT]
@@ -983,7 +986,7 @@ def _deep_problem(ctx, group: list, have: dict, result: dict) -> Problem:
     if expl:
         lines.append(expl.cause)
     return Problem("fail", "\n".join(lines), deep_fix(ctx, name, r, expl, have),
-                   {"results": result, "rule": expl.rule if expl else None},
+                   {"results": {n: res for n, res, _ in group}, "rule": expl.rule if expl else None},
                    f"{what}: {expl.title if expl else inner}")
 
 
@@ -1006,7 +1009,7 @@ def deep(ctx):
         return [Problem("fail", result["error"],
                         f"run it by hand to see the traceback: {ctx.python} -c 'import torch'", result,
                         "Importing the stack failed")]
-    out = [_deep_problem(ctx, g, have, result) for g in _deep_groups(ctx, result).values()]
+    out = [_deep_problem(ctx, g, have) for g in _deep_groups(ctx, result).values()]
     if not out:
         done = ", ".join(f"{k} ({v['seconds']} s)" for k, v in result.items())
         out.append(Problem("pass", done, evidence={"results": result}))
