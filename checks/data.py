@@ -68,7 +68,7 @@ def _session(ctx):
     return session(ctx)
 
 
-@check("data.files", "data", "Training data files", needs=("launch", "config"))
+@check("data.files", "data", "Training data files", needs=("launch", "config"), scope="launch")
 def check_files(ctx):
     composed = _session(ctx).composed
     prompt_key = composed.get("data.prompt_key", "prompt")
@@ -112,7 +112,7 @@ def check_files(ctx):
 
 
 @check("data.prompt_length", "data", "Prompt lengths vs data.max_prompt_length",
-       needs=("launch", "config_probe"))
+       needs=("launch", "config_probe"), scope="launch")
 def check_prompt_length(ctx):
     title = "Prompt lengths vs data.max_prompt_length"
     sess = _session(ctx)
@@ -161,7 +161,7 @@ def _round(n: int) -> int:
     return ((int(n) + 63) // 64) * 64
 
 
-@check("data.reward", "data", "Custom reward function", needs=("launch",))
+@check("data.reward", "data", "Custom reward function", needs=("launch",), scope="launch")
 def check_reward(ctx):
     from checks.verl_config import reward_target
 
@@ -210,7 +210,7 @@ def registered_source(source: str, table: dict) -> bool:
     return source in table.get("exact", []) or any(source.startswith(p) for p in table.get("prefixes", []))
 
 
-@check("config.reward_source", "config", "Every data_source has a scorer", needs=("launch",))
+@check("config.reward_source", "config", "Every data_source has a scorer", needs=("launch",), scope="launch")
 def check_reward_source(ctx):
     from checks.config import key_table
     from checks.verl_config import reward_target

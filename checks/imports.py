@@ -38,7 +38,7 @@ def _how_to_remove(copy: dict, name: str, cwd) -> str:
     return f"rename it: mv {path} {path}.src"
 
 
-@check("imports.probe", "imports", "The target interpreter answers")
+@check("imports.probe", "imports", "The target interpreter answers", scope="node")
 def probe_runs(ctx):
     probe = probe_of(ctx)
     if not probe.get("ok"):
@@ -53,7 +53,7 @@ def probe_runs(ctx):
                      evidence={"sys_path": probe.get("sys_path"), "seconds": probe.get("seconds")})]
 
 
-@check("imports.shadowed", "imports", "Packages import from their installed copy", needs=("probe",))
+@check("imports.shadowed", "imports", "Packages import from their installed copy", needs=("probe",), scope="node")
 def shadowed(ctx):
     out = []
     for name, pkg in _stack(probe_of(ctx)):
@@ -88,7 +88,7 @@ def shadowed(ctx):
     return out
 
 
-@check("imports.namespace", "imports", "No package resolves to a bare directory", needs=("probe",))
+@check("imports.namespace", "imports", "No package resolves to a bare directory", needs=("probe",), scope="node")
 def namespace(ctx):
     out = []
     for name, pkg in _stack(probe_of(ctx)):
@@ -112,7 +112,7 @@ def namespace(ctx):
     return out
 
 
-@check("imports.duplicates", "imports", "One copy of each package on the path", needs=("probe",))
+@check("imports.duplicates", "imports", "One copy of each package on the path", needs=("probe",), scope="node")
 def duplicates(ctx):
     out = []
     for name, pkg in _stack(probe_of(ctx)):

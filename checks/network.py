@@ -88,7 +88,7 @@ def _judge_selected(ctx, var, value, chosen, ifaces, how) -> Finding | None:
 
 
 @check("network.interfaces", "network", "Communication interface variables name real interfaces",
-       needs=("multi_node",))
+       needs=("multi_node",), scope="node")
 def interfaces(ctx):
     facts = ctx.get_facts()
     ifaces, env = facts.get("interfaces") or {}, facts.get("comm_env") or {}
@@ -158,7 +158,7 @@ def _platform(ctx) -> str:
 
 
 @check("network.unset", "network", "Interface variables are set where the choice is ambiguous",
-       needs=("multi_node",))
+       needs=("multi_node",), scope="node")
 def unset(ctx):
     facts = ctx.get_facts()
     ifaces, env = facts.get("interfaces") or {}, facts.get("comm_env") or {}
@@ -182,7 +182,7 @@ def unset(ctx):
 
 
 @check("network.hostname", "network", "The hostname resolves to a reachable address",
-       needs=("multi_node",))
+       needs=("multi_node",), scope="node")
 def hostname(ctx):
     facts = ctx.get_facts()
     host, env, ifaces = facts.get("hostname") or {}, facts.get("comm_env") or {}, facts.get("interfaces") or {}

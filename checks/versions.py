@@ -418,7 +418,7 @@ def _missing(ctx, need: dict, asks: dict, target: dict | None) -> Problem:
                    {"part": part, "asks": asks, "nearest": target}, f"The launch needs {label}: not installed")
 
 
-@check("versions.launch_stack", "versions", "The stack holds what the launch needs", needs=("probe",))
+@check("versions.launch_stack", "versions", "The stack holds what the launch needs", needs=("probe",), scope="node")
 def launch_stack(ctx):
     """What it checks: every part of the stack the launch's choices call for is installed: the
     device's (npu: torch, torch_npu, CANN and the driver; cuda: a CUDA build of torch), the rollout
@@ -459,7 +459,7 @@ def _summary(have: dict, build: dict | None) -> str:
     return ", ".join(parts)
 
 
-@check("versions.stack", "versions", "Versions of the stack", needs=("probe",))
+@check("versions.stack", "versions", "Versions of the stack", needs=("probe",), scope="node")
 def stack(ctx):
     """What it checks: nothing; it records what the target interpreter and node hold (Python,
     CANN, driver, torch and its build, torch_npu, vllm, vllm-ascend, verl, Ray, the loggers), read
@@ -519,7 +519,7 @@ def _python_fits(have: dict, row: dict, label: str, ev: dict) -> list[Problem]:
                     f"Python {have['python']} is outside {label}'s {row['python']}")]
 
 
-@check("versions.torch_npu", "versions", "torch_npu matches torch, CANN and Python")
+@check("versions.torch_npu", "versions", "torch_npu matches torch, CANN and Python", scope="node")
 def torch_npu(ctx):
     """What it checks: the installed torch_npu against its row in knowledge/versions.toml (from
     Ascend/pytorch COMPATIBILITY.en.md): the torch release it extends (and the torch pin in its own
@@ -578,7 +578,7 @@ def _va_cann(have: dict, row: dict, fix: str, ev: dict) -> list[Problem]:
                     f"CANN {cann} does not match vllm-ascend {have['vllm_ascend']}")]
 
 
-@check("versions.vllm_ascend", "versions", "vllm-ascend matches vllm, torch_npu, CANN and Python")
+@check("versions.vllm_ascend", "versions", "vllm-ascend matches vllm, torch_npu, CANN and Python", scope="node")
 def vllm_ascend(ctx):
     """What it checks: the installed vllm-ascend against its row in knowledge/versions.toml (from
     vllm-ascend's versioning policy): the vllm it plugs into, the torch_npu and CANN it is released
@@ -613,7 +613,7 @@ def _verl_vllm(have: dict, row: dict, ev: dict) -> list[Problem]:
                     "\n".join(fix), ev, f"verl {have['verl']} is too {too} for vllm {have['vllm']}")]
 
 
-@check("versions.verl", "versions", "verl supports the vllm and transformers it finds")
+@check("versions.verl", "versions", "verl supports the vllm and transformers it finds", scope="node")
 def verl(ctx):
     """What it checks: the installed verl against its row in knowledge/versions.toml (its setup.py
     vllm bound, its transformers bound, the Python of its Ascend guide). A dev build is judged by
@@ -668,7 +668,7 @@ def _unmet(text: str, probe: dict, have: dict, by_pip: dict):
     return (req, dep) if in_spec(have[dep], str(req.specifier)) is False else None
 
 
-@check("versions.requires", "versions", "The stack's own pins on each other hold")
+@check("versions.requires", "versions", "The stack's own pins on each other hold", scope="node")
 def requires(ctx):
     """What it checks: what each installed package's metadata demands of the others (vllm pins its
     torch, verl bounds transformers): `pip check`, for the stack only, from the probe's facts.
@@ -698,7 +698,7 @@ def requires(ctx):
     return out
 
 
-@check("versions.builds", "versions", "Builds fit the accelerator")
+@check("versions.builds", "versions", "Builds fit the accelerator", scope="node")
 def builds(ctx):
     """What it checks: torch's build (torch/version.py) fits the accelerator stack beside it (the
     CPU build with torch_npu), and no package is installed that does not work on the platform at
@@ -743,7 +743,7 @@ def _stale_dirs(env: dict, cann: dict | None) -> list[Problem]:
     return out
 
 
-@check("versions.cann_env", "versions", "The CANN environment is set")
+@check("versions.cann_env", "versions", "The CANN environment is set", scope="node")
 def cann_env(ctx):
     """What it checks: a CANN toolkit exists where torch_npu will look for it, and its set_env.sh
     has been sourced: ASCEND_HOME_PATH and ASCEND_OPP_PATH set, naming directories that exist.
@@ -797,7 +797,7 @@ def _cann_row(cann: dict | None) -> dict | None:
         (r for r in matrix()["cann"] if r["version"].upper() == version.upper()), None)
 
 
-@check("versions.driver", "versions", "NPU driver and firmware fit CANN")
+@check("versions.driver", "versions", "NPU driver and firmware fit CANN", scope="node")
 def driver(ctx):
     """What it checks: the Ascend HDK driver (/usr/local/Ascend/driver/version.info) is one CANN's
     release notes list for the installed CANN (knowledge/versions.toml [[cann]]), and the firmware
@@ -990,7 +990,7 @@ def _deep_problem(ctx, group: list, have: dict) -> Problem:
                    f"{what}: {expl.title if expl else inner}")
 
 
-@check("versions.deep", "versions", "The stack imports and runs (--deep)", needs=("deep",))
+@check("versions.deep", "versions", "The stack imports and runs (--deep)", needs=("deep",), scope="node")
 def deep(ctx):
     """What it checks: the stack really imports in the target interpreter (torch, then torch_npu,
     vllm, vllm-ascend where installed), a tiny op runs on the device, and a one-process Gloo

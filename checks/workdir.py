@@ -22,7 +22,7 @@ def _finding(ctx, id, status, title, message="", fix="", evidence=None) -> Findi
 
 
 @check("workdir.paths", "workdir", "Paths in the launch exist from the launch directory",
-       needs=("launch",), owns=("missing",))
+       needs=("launch",), owns=("missing",), scope="node")
 def paths(ctx):
     out = []
     for item in ctx.get_facts().get("paths") or []:
@@ -61,7 +61,7 @@ def paths(ctx):
 
 
 @check("workdir.source_trees", "workdir", "No source tree in the launch directory can shadow a package",
-       needs=("launch",))
+       needs=("launch",), scope="node")
 def source_trees(ctx):
     facts = ctx.get_facts()
     probe = probe_of(ctx)
@@ -81,7 +81,7 @@ def source_trees(ctx):
 
 
 @check("workdir.entry", "workdir", "The launch's entry point is found from the launch directory",
-       needs=("launch",))
+       needs=("launch",), scope="node")
 def entry(ctx):
     launch = ctx.launch
     facts = ctx.get_facts()
