@@ -15,7 +15,6 @@ tests/test_config_differential.py compare `startup_problems` with verl's own val
 from __future__ import annotations
 
 import difflib
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -333,7 +332,7 @@ def _round_up(B, minimal, n) -> int:
 
 def late_problems(cfg: dict, devices_per_node: int | None = None, cpus: int | None = None,
                   flash_attn: bool | None = None, npu: bool = False,
-                  devices_limit: tuple[str, str] | None = None) -> list[Problem]:
+                  devices_limit: tuple[str, str] | None = None, cpus_from: str = "") -> list[Problem]:
     out: list[Problem] = []
     actor = get(cfg, "actor_rollout_ref.actor", {}) or {}
     rollout = get(cfg, "actor_rollout_ref.rollout", {}) or {}
@@ -405,9 +404,10 @@ def late_problems(cfg: dict, devices_per_node: int | None = None, cpus: int | No
         # tq.init waits forever; with 16 all start. So each unit takes a CPU beside the TaskRunner's.
         need = units + 1
         have = get(cfg, "ray_kwargs.ray_init.num_cpus") or cpus
+        where = "ray_kwargs.ray_init.num_cpus" if get(cfg, "ray_kwargs.ray_init.num_cpus") else cpus_from
         if units and have < need:
             out.append(Problem("config.ray_cpus",
-                               f"Ray has {have} CPUs but TransferQueue starts {units} storage actors (1 CPU each) "
+                               f"Ray has {have} CPUs{f' ({where})' if where else ''} but TransferQueue starts {units} storage actors (1 CPU each) "
                                f"beside the TaskRunner: tq.init waits for them forever, with no error",
                                f"ray_kwargs.ray_init.num_cpus={need} (or "
                                f"transfer_queue.backend.SimpleStorage.num_data_storage_units={max(have - 1, 1)})",
@@ -446,7 +446,7 @@ def _facts(ctx) -> dict:
         return {}
 
 
-@check("config.keys", "config", "Config keys verl will read", needs=("launch",))
+@check("config.keys", "config", "Config keys verl will read", needs=("launch",), scope="launch")
 def check_keys(ctx):
     sess = _session(ctx)
     composed = sess.composed
@@ -478,7 +478,7 @@ def check_keys(ctx):
     return out
 
 
-@check("config.validate", "config", "verl's start-up validation", needs=("launch", "config"))
+@check("config.validate", "config", "verl's start-up validation", needs=("launch", "config"), scope="launch")
 def check_validate(ctx):
     sess = _session(ctx)
     cfg = sess.composed.config
@@ -530,7 +530,7 @@ def _finding(p: Problem, sess) -> Finding:
                    f"{p.message}\n({when}; config from {sess.composed.source})", p.fix, {"settings": p.keys})
 
 
-@check("config.runtime", "config", "Settings verl checks late or never", needs=("launch", "config"))
+@check("config.runtime", "config", "Settings verl checks late or never", needs=("launch", "config"), scope="launch")
 def check_runtime(ctx):
     sess = _session(ctx)
     cfg = sess.composed.config
@@ -540,8 +540,9 @@ def check_runtime(ctx):
            or get(cfg, "trainer.device") == "npu")  # flash attention comes with torch_npu there
     count, limit = visible_devices(devices, ctx.env)
     flash = _installed(facts, "flash_attn")
-    cpus = ctx.options.get("ray_cpus") or os.cpu_count()
-    problems = late_problems(cfg, devices_per_node=count, cpus=cpus, flash_attn=flash, npu=npu, devices_limit=limit)
+    cpus, cpus_from = ctx.ray_cpus()  # the cluster's own figure when given; None when judged from elsewhere
+    problems = late_problems(cfg, devices_per_node=count, cpus=cpus, flash_attn=flash, npu=npu, devices_limit=limit,
+                             cpus_from=cpus_from)
     return [_finding(p, sess) for p in problems]
 
 
