@@ -93,8 +93,8 @@ def _validate(scope, cluster, keep_agents, launch, cwd, cpus_per_node) -> None:
                    "only (node), or the launch only, from a machine outside its cluster, as CI pre-flight "
                    "does (launch: config, data, memory; nothing about this machine's CPUs, packages or paths).")
 @click.option("--cpus-per-node", type=click.IntRange(min=1), default=None,
-              help="Ray CPUs of each node of the launch's cluster (default: this machine's, except with "
-                   "--scope launch, where Ray's CPUs are then not judged).")
+              help="Ray CPUs of each node of the launch's cluster; Ray's CPUs are then this times the nodes "
+                   "(default: this machine's count, as for a local Ray; with --scope launch, not judged).")
 @click.option("--cluster", "cluster", is_flag=False, flag_value="auto", default=None,
               metavar="[ADDRESS]", help="Probe every node of a running Ray cluster.")
 @click.option("--keep-agents/--no-keep-agents", default=True,
