@@ -51,6 +51,11 @@ class CheckContext:
         return cls(cwd=base, python=resolved, env=env, launch=launch, **kw)
 
     @property
+    def multi_node(self) -> bool:
+        n = self.nodes if self.nodes is not None else (self.launch.nnodes if self.launch else 1)
+        return n > 1
+
+    @property
     def judges_this_machine(self) -> bool:
         return self.scope != "launch"
 

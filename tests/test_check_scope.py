@@ -99,11 +99,15 @@ def run(script: Path, *args: str):
 
 def test_this_machine_as_a_node_is_too_small_for_the_launch(tmp_path):
     """The situation the launch scope is for: judged as a node of the job, this machine fails it."""
-    doc, found = run(launch_script(tmp_path), "--only", "config")
+    doc, found = run(launch_script(tmp_path))
     f, = found["config.ray_cpus"]
     assert f["status"] == "fail" and f"Ray has {CPUS} CPUs (this machine's" in f["message"]
     # ... and this venv has no flash_attn: a finding about this machine's packages
     assert "config.flash_attn" in found
+    assert {f["scope"] for f in doc["findings"]} == {"node", "launch"}
+    # every check of both scopes ran on its own terms (the two-node launch reaches the network ones)
+    assert not [f["id"] for f in doc["findings"] if "the check itself failed" in f["message"]]
+    assert {f["status"] for f in found["network.unset"]} != {"skip"}
 
 
 def test_launch_scope_judges_no_cpus_packages_or_paths_of_this_machine(tmp_path):
