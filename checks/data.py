@@ -80,6 +80,10 @@ def check_files(ctx):
         for f in _as_list(composed.get(key)):
             p = resolve(f, ctx.cwd)
             fid = f"data.{key.split('.')[1]}"
+            if not p.exists() and not ctx.judges_this_machine:  # the data lives on the cluster
+                out.append(Finding(fid, "data", "skip", f"{key}: not on this machine",
+                                   f"{p} is not here; --scope launch does not judge this machine's paths"))
+                continue
             if not p.exists():
                 out.append(Finding(fid, "data", "fail", f"{key}: file not found", f"{p} does not exist "
                                    f"(relative paths start from {ctx.cwd})", f"check {key} or --cwd",

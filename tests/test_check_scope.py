@@ -139,3 +139,13 @@ def test_scope_misuse_is_one_line_exit_2(args):
     r = doctor(*args)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_launch_scope_does_not_fail_on_data_that_lives_on_the_cluster(tmp_path):
+    """CI pre-flight judges the launch, not this runner's disks: /data2/... is on the cluster."""
+    script = launch_script(tmp_path, "data.train_files=/data2/gsm8k/train.parquet")
+    doc, found = run(script, "--scope", "launch", "--only", "data")
+    f, = found["data.train_files"]
+    assert f["status"] == "skip" and "this machine" in f["message"]
+    doc, found = run(script, "--only", "data")  # judged as a node of the job, the file is missing here
+    assert [f["status"] for f in found["data.train_files"]] == ["fail"]
