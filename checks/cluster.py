@@ -18,7 +18,7 @@ from probes.facts import installed_dist, visible_devices, winner_path
 from checks.model import Finding
 from checks.registry import check
 
-# Variables naming the interface a transport binds (syntax: research/ascend.md 5.1).
+# Variables naming the interface a transport binds (syntax: HCCL's and NCCL's environment-variable references, Gloo's tcp/device.cc).
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 EXACT_LIST_VARS = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")  # exact names, no ^/= syntax
 

@@ -18,7 +18,6 @@ tests/test_config_differential.py compare `startup_problems` with verl's own val
 from __future__ import annotations
 
 import difflib
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -472,18 +471,19 @@ def checkpoint_resume(v: View, facts: dict):
         yield "config.resume_nothing", {}
 
 
-def ray_cpus(cfg: dict, cpus: int | None) -> list[Problem]:
+def ray_cpus(cfg: dict, cpus: int | None, cpus_from: str = "") -> list[Problem]:
     """TransferQueue's storage actors against the Ray CPUs: a hang with no error, worded here."""
     out: list[Problem] = []
     if cpus is not None and get(cfg, "trainer.use_v1", True):
         units = get(cfg, "transfer_queue.backend.SimpleStorage.num_data_storage_units", 0) or 0
-        # research/verl.md 6, a3/a4: with 2 Ray CPUs the TaskRunner and ONE storage unit start and
+        # verl 0.9.1 main_ppo.py (TaskRunner num_cpus=1) and transfer_queue: with 2 Ray CPUs the TaskRunner and ONE storage unit start and
         # tq.init waits forever; with 16 all start. So each unit takes a CPU beside the TaskRunner's.
         need = units + 1
         have = get(cfg, "ray_kwargs.ray_init.num_cpus") or cpus
+        where = "ray_kwargs.ray_init.num_cpus" if get(cfg, "ray_kwargs.ray_init.num_cpus") else cpus_from
         if units and have < need:
             out.append(Problem("config.ray_cpus",
-                               f"Ray has {have} CPUs but TransferQueue starts {units} storage actors (1 CPU each) "
+                               f"Ray has {have} CPUs{f' ({where})' if where else ''} but TransferQueue starts {units} storage actors (1 CPU each) "
                                f"beside the TaskRunner: tq.init waits for them forever, with no error",
                                f"ray_kwargs.ray_init.num_cpus={need} (or "
                                f"transfer_queue.backend.SimpleStorage.num_data_storage_units={max(have - 1, 1)})",
@@ -498,15 +498,19 @@ def flash_attention(v: View, facts: dict):
         yield "config.flash_attn", {}
 
 
+def _ray_cpus(v: View, facts: dict) -> list[Problem]:
+    return ray_cpus(v.cfg, facts.get("cpus"), facts.get("cpus_from", ""))
+
+
 LATE_PREDICATES = (rollout_parallel, actor_update_batches, grpo_group, rollout_name, resource_pool,
-                   checkpoint_resume, lambda v, facts: ray_cpus(v.cfg, facts.get("cpus")), flash_attention)
+                   checkpoint_resume, _ray_cpus, flash_attention)
 
 
 def late_problems(cfg: dict, devices_per_node: int | None = None, cpus: int | None = None,
                   flash_attn: bool | None = None, npu: bool = False,
-                  devices_limit: tuple[str, str] | None = None) -> list[Problem]:
+                  devices_limit: tuple[str, str] | None = None, cpus_from: str = "") -> list[Problem]:
     facts = {"devices_per_node": devices_per_node, "cpus": cpus, "flash_attn": flash_attn, "npu": npu,
-             "devices_limit": devices_limit}
+             "devices_limit": devices_limit, "cpus_from": cpus_from}
     out: list[Problem] = []
     view = View(cfg)
     for pred in LATE_PREDICATES:
@@ -538,7 +542,7 @@ def _facts(ctx) -> dict:
         return {}
 
 
-@check("config.keys", "config", "Config keys verl will read", needs=("launch",))
+@check("config.keys", "config", "Config keys verl will read", needs=("launch",), scope="launch")
 def check_keys(ctx):
     """What it checks: every override of the launch, composed with Hydra's own override parser against
     verl's config (the target interpreter's verl, else the verl 0.9.1 snapshot in knowledge/verl/):
@@ -586,7 +590,7 @@ def check_keys(ctx):
     return out
 
 
-@check("config.validate", "config", "verl's start-up validation", needs=("launch", "config"))
+@check("config.validate", "config", "verl's start-up validation", needs=("launch", "config"), scope="launch")
 def check_validate(ctx):
     """What it checks: verl's start-up validation, on the composed config: `validate_config`
     (verl/utils/config.py) and the config dataclasses it builds (FSDPEngineConfig,
@@ -627,7 +631,7 @@ def _finding(p: Problem, sess) -> Finding:
                    f"{p.message}\n({when}; config from {sess.composed.source})", p.fix, {"settings": p.keys})
 
 
-@check("config.runtime", "config", "Settings verl checks late or never", needs=("launch", "config"))
+@check("config.runtime", "config", "Settings verl checks late or never", needs=("launch", "config"), scope="launch")
 def check_runtime(ctx):
     """What it checks: settings verl meets only minutes into the run, or never (knowledge/config_problems.toml,
     rows with when = "late"): rollout tensor x data x pipeline parallel sizes against the devices per
@@ -658,8 +662,9 @@ def check_runtime(ctx):
            or get(cfg, "trainer.device") == "npu")  # flash attention comes with torch_npu there
     count, limit = visible_devices(devices, ctx.env)
     flash = _installed(facts, "flash_attn")
-    cpus = ctx.options.get("ray_cpus") or os.cpu_count()
-    problems = late_problems(cfg, devices_per_node=count, cpus=cpus, flash_attn=flash, npu=npu, devices_limit=limit)
+    cpus, cpus_from = ctx.ray_cpus()  # the cluster's own figure when given; None when judged from elsewhere
+    problems = late_problems(cfg, devices_per_node=count, cpus=cpus, flash_attn=flash, npu=npu, devices_limit=limit,
+                             cpus_from=cpus_from)
     return [_finding(p, sess) for p in problems]
 
 

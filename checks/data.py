@@ -68,7 +68,7 @@ def _session(ctx):
     return session(ctx)
 
 
-@check("data.files", "data", "Training data files", needs=("launch", "config"))
+@check("data.files", "data", "Training data files", needs=("launch", "config"), scope="launch")
 def check_files(ctx):
     """What it checks: each file of data.train_files and data.val_files, from the launch directory: it
     exists, is a type verl's RLHFDataset reads (.parquet, .json, .jsonl), reads as parquet, and has
@@ -98,10 +98,14 @@ def check_files(ctx):
         for f in _as_list(composed.get(key)):
             p = resolve(f, ctx.cwd)
             fid = f"data.{key.split('.')[1]}"
+            if not p.exists() and not ctx.judges_this_machine:  # the data lives on the cluster
+                out.append(Finding(fid, "data", "skip", f"{key}: not on this machine",
+                                   f"{p} is not here; --scope launch does not judge this machine's paths"))
+                continue
             if not p.exists():
                 out.append(Finding(fid, "data", "fail", f"{key}: file not found", f"{p} does not exist "
                                    f"(relative paths start from {ctx.cwd})", f"check {key} or --cwd",
-                                   {"path": str(p)}))
+                                   {"path": str(p), "fact": f"missing:{os.path.abspath(p)}"}))
                 continue
             if p.suffix not in SUFFIXES:
                 out.append(Finding(fid, "data", "fail", f"{key}: unsupported file type",
@@ -130,7 +134,7 @@ def check_files(ctx):
 
 
 @check("data.prompt_length", "data", "Prompt lengths vs data.max_prompt_length",
-       needs=("launch", "config_probe"))
+       needs=("launch", "config_probe"), scope="launch")
 def check_prompt_length(ctx):
     """What it checks: the length in tokens of the training prompts against data.max_prompt_length,
     counted as verl's RLHFDataset filter counts them: the model's own tokenizer and chat template
@@ -194,7 +198,7 @@ def _round(n: int) -> int:
     return ((int(n) + 63) // 64) * 64
 
 
-@check("data.reward", "data", "Custom reward function", needs=("launch",))
+@check("data.reward", "data", "Custom reward function", needs=("launch",), scope="launch")
 def check_reward(ctx):
     """What it checks: the custom reward function (reward.custom_reward_function.path and .name in
     verl 0.9): the file exists from the launch directory, loads in the target interpreter (with
@@ -257,7 +261,7 @@ def registered_source(source: str, table: dict) -> bool:
     return source in table.get("exact", []) or any(source.startswith(p) for p in table.get("prefixes", []))
 
 
-@check("config.reward_source", "config", "Every data_source has a scorer", needs=("launch",))
+@check("config.reward_source", "config", "Every data_source has a scorer", needs=("launch",), scope="launch")
 def check_reward_source(ctx):
     """What it checks: without a custom reward function, that every data_source in the training
     files has a scorer in verl's default_compute_score (asked of verl itself in the config probe

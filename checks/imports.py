@@ -38,7 +38,7 @@ def _how_to_remove(copy: dict, name: str, cwd) -> str:
     return f"rename it: mv {path} {path}.src"
 
 
-@check("imports.probe", "imports", "The target interpreter answers")
+@check("imports.probe", "imports", "The target interpreter answers", scope="node")
 def probe_runs(ctx):
     """What it checks: that the interpreter which will run training (--python, else the one the launch
     names, else python3 on PATH) starts from the launch directory with the launch's environment, and
@@ -66,7 +66,7 @@ def probe_runs(ctx):
                      evidence={"sys_path": probe.get("sys_path"), "seconds": probe.get("seconds")})]
 
 
-@check("imports.shadowed", "imports", "Packages import from their installed copy", needs=("probe",))
+@check("imports.shadowed", "imports", "Packages import from their installed copy", needs=("probe",), scope="node")
 def shadowed(ctx):
     """What it checks: for each package of the stack (knowledge/stack.toml: torch, torch_npu, vllm,
     vllm_ascend, verl, transformers, ray, flash_attn), where `import X` resolves for the target
@@ -119,7 +119,7 @@ def shadowed(ctx):
     return out
 
 
-@check("imports.namespace", "imports", "No package resolves to a bare directory", needs=("probe",))
+@check("imports.namespace", "imports", "No package resolves to a bare directory", needs=("probe",), scope="node")
 def namespace(ctx):
     """What it checks: that no package of the stack resolves to a bare directory, a namespace package
     with no __init__.py (PEP 420, https://peps.python.org/pep-0420/), and that resolving it does not
@@ -155,7 +155,7 @@ def namespace(ctx):
     return out
 
 
-@check("imports.duplicates", "imports", "One copy of each package on the path", needs=("probe",))
+@check("imports.duplicates", "imports", "One copy of each package on the path", needs=("probe",), scope="node")
 def duplicates(ctx):
     """What it checks: that each package of the stack has one copy on the target interpreter's path:
     when the installed copy wins, no other directory of the same name further down sys.path, and

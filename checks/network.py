@@ -5,7 +5,8 @@ excludes, a leading `=` means exact names (`^=` both). GLOO_SOCKET_IFNAME takes 
 TP_SOCKET_IFNAME one exact name, HCCL_IF_IP one local address (it wins over HCCL_SOCKET_IFNAME).
 With GLOO_SOCKET_IFNAME unset, Gloo binds to what the hostname resolves to; a hostname resolving
 to loopback makes every rank advertise 127.x and the job fails in connectFullMesh, silently.
-(research/ascend.md 5.1; DESIGN.md "Semantics that are easy to get wrong")
+(HCCL, NCCL and Gloo documentation of each variable; Gloo resolves the hostname only when its
+variable is unset)
 """
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ def _judge_selected(ctx, var, value, chosen, ifaces, how) -> Finding | None:
 
 
 @check("network.interfaces", "network", "Communication interface variables name real interfaces",
-       needs=("multi_node",))
+       needs=("multi_node",), scope="node")
 def interfaces(ctx):
     """What it checks: for a multi-node job, that each communication variable set here names an
     interface this node has, up and with IPv4, under that variable's own syntax: NCCL_SOCKET_IFNAME
@@ -176,7 +177,7 @@ def _platform(ctx) -> str:
 
 
 @check("network.unset", "network", "Interface variables are set where the choice is ambiguous",
-       needs=("multi_node",))
+       needs=("multi_node",), scope="node")
 def unset(ctx):
     """What it checks: for a multi-node job on a node with two or more candidate interfaces (up, IPv4,
     neither loopback nor a container bridge), that GLOO_SOCKET_IFNAME is set, and HCCL_SOCKET_IFNAME
@@ -217,7 +218,7 @@ def unset(ctx):
 
 
 @check("network.hostname", "network", "The hostname resolves to a reachable address",
-       needs=("multi_node",))
+       needs=("multi_node",), scope="node")
 def hostname(ctx):
     """What it checks: for a multi-node job with GLOO_SOCKET_IFNAME unset, that this node's hostname
     resolves, and to an address other than loopback. With GLOO_SOCKET_IFNAME set Gloo never resolves

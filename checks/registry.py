@@ -85,6 +85,7 @@ class Check:
     fn: CheckFn
     needs: tuple[str, ...] = ()  # names in NEEDS; the first one missing skips the check
     scope: str = "node"
+    owns: tuple[str, ...] = ()  # kinds of fact this check reports for every check (see one_finding_per_fact)
 
     def page(self) -> Page:
         return read_page(self.id, self.fn.__doc__)
@@ -135,7 +136,8 @@ def read_page(check_id: str, doc: str | None) -> Page:
 _REGISTRY: dict[str, Check] = {}
 
 
-def check(id: str, category: str, title: str, needs: tuple[str, ...] = (), scope: str = "node"):
+def check(id: str, category: str, title: str, needs: tuple[str, ...] = (), scope: str = "node",
+          owns: tuple[str, ...] = ()):
     if scope not in SCOPES:
         raise ValueError(f"{id}: unknown scope {scope!r}; choose from {', '.join(SCOPES)}")
     if category not in CATEGORIES:
@@ -152,7 +154,7 @@ def check(id: str, category: str, title: str, needs: tuple[str, ...] = (), scope
         seen = _REGISTRY.get(id)
         if seen and (seen.fn.__module__, seen.fn.__qualname__) != (fn.__module__, fn.__qualname__):
             raise ValueError(f"check id {id!r} is registered twice ({seen.fn.__module__}, {fn.__module__})")
-        _REGISTRY[id] = Check(id, category, title, fn, tuple(needs), scope)
+        _REGISTRY[id] = Check(id, category, title, fn, tuple(needs), scope, tuple(owns))
         return fn
 
     return deco
@@ -225,7 +227,27 @@ def run_checks(checks: list[Check], ctx, workers: int = 8) -> list[CheckResult]:
 def run_each(checks: list[Check], ctx, workers: int = 8) -> list[CheckResult]:
     with ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(lambda c: _run_one(c, ctx), checks))
-    return [CheckResult(c, out, secs) for c, (out, secs) in zip(checks, results)]
+    return one_finding_per_fact([CheckResult(c, out, secs) for c, (out, secs) in zip(checks, results)])
+
+
+def one_finding_per_fact(results: list[CheckResult]) -> list[CheckResult]:
+    """Two checks that see the same fact (evidence `fact`, e.g. "missing:/abs/path") report it
+    once: the check that owns that kind of fact keeps its finding, the other refers to it."""
+    owner: dict[str, Finding] = {}
+    for r in results:
+        for f in r.findings:
+            fact = f.evidence.get("fact") if isinstance(f.evidence, dict) else None
+            if fact and fact.split(":", 1)[0] in r.check.owns and f.status in ("fail", "warn"):
+                owner.setdefault(fact, f)
+    if not owner:
+        return results
+    for r in results:
+        for i, f in enumerate(r.findings):
+            kept = owner.get(f.evidence.get("fact") if isinstance(f.evidence, dict) else None)
+            if kept is not None and kept is not f and kept.id != f.id:
+                r.findings[i] = Finding(f.id, f.category, "skip", f.title,
+                                        f"the same fact as {kept.id}: {kept.title}", "", f.evidence, f.node)
+    return results
 
 
 def flatten(results: list[CheckResult]) -> list[Finding]:

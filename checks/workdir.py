@@ -6,6 +6,7 @@ article's "cd /verl before running the script" (its section 2.3).
 """
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -21,7 +22,7 @@ def _finding(ctx, id, status, title, message="", fix="", evidence=None) -> Findi
 
 
 @check("workdir.paths", "workdir", "Paths in the launch exist from the launch directory",
-       needs=("launch",))
+       needs=("launch",), owns=("missing",), scope="node")
 def paths(ctx):
     """What it checks: every path the launch names (data.train_files, data.val_files,
     actor_rollout_ref.model.path, critic.model.path, reward.custom_reward_function.path,
@@ -54,6 +55,7 @@ def paths(ctx):
                                     f"{where} must be a Python file", f"{key}=<path to the .py file>", item))
             continue
         rel = f" from the launch directory {ctx.cwd}" if item["relative"] else ""
+        item = {**item, "fact": f"missing:{os.path.abspath(where)}"}  # data.files sees it too
         found = item.get("found_from") or []
         if found:
             fix = f"cd {found[0]}  (where {value} exists) before launching, or use an absolute path: " \
@@ -75,7 +77,7 @@ def paths(ctx):
 
 
 @check("workdir.source_trees", "workdir", "No source tree in the launch directory can shadow a package",
-       needs=("launch",))
+       needs=("launch",), scope="node")
 def source_trees(ctx):
     """What it checks: package directories (with __init__.py) in the launch directory named like a
     package of the stack (verl/, vllm/, torch_npu/, ...) that do not win with this launch but would
@@ -107,7 +109,7 @@ def source_trees(ctx):
 
 
 @check("workdir.entry", "workdir", "The launch's entry point is found from the launch directory",
-       needs=("launch",))
+       needs=("launch",), scope="node")
 def entry(ctx):
     """What it checks: that the launch directory exists on this node; for `python -m MODULE`, that
     the target interpreter finds the module from there; for `python script.py`, that the script

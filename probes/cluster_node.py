@@ -128,7 +128,7 @@ def _first_ipv4(ifaces: dict, name: str) -> str | None:
 
 
 def pick_address(transport: str, env: dict, ifaces: dict, hostname_addrs: list[str]) -> dict:
-    """The address a transport would bind on this node, and why (research/ascend.md 5.1)."""
+    """The address a transport would bind on this node, and why (each transport's own rule for choosing it)."""
     if transport == "gloo":
         var = env.get("GLOO_SOCKET_IFNAME")
         if var:  # exact interface names; the first one carries the connection test

@@ -30,7 +30,7 @@ COMM_VARS = ("HCCL_SOCKET_IFNAME", "HCCL_IF_IP", "GLOO_SOCKET_IFNAME", "NCCL_SOC
              "TP_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT", "HCCL_IF_BASE_PORT",
              "NCCL_IB_DISABLE", "NCCL_IB_HCA")
 
-# Launch keys that name files or directories (verl 0.9.1 config schema; research/verl.md section 1).
+# Launch keys that name files or directories (verl 0.9.1 config schema).
 PATH_KEYS = {
     "data.train_files": "data",
     "data.val_files": "data",

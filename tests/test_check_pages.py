@@ -29,8 +29,9 @@ def test_pages_cover_the_cluster_checks_too():
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.id)
 def test_every_check_has_a_page_naming_real_rules(check):
     page = check.page()
-    for text in (page.what, page.fails, page.fix):
-        assert len(text.split()) >= 8, f"{check.id}: a section says too little: {text!r}"
+    assert len(page.what.split()) >= 8, f"{check.id}: 'What it checks' says too little: {page.what!r}"
+    for text in (page.fails, page.fix):  # '-' only for a check that records and does not judge
+        assert text == "-" or len(text.split()) >= 8, f"{check.id}: a section says too little: {text!r}"
     unknown = [r for r in page.rules if r not in RULES]
     assert not unknown, f"{check.id} names explain rules the catalog lacks: {unknown}"
 

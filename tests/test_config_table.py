@@ -20,8 +20,8 @@ else:  # pragma: no cover
 
 
 def _predicates():
-    named = [p for p in config.STARTUP_PREDICATES + config.LATE_PREDICATES if p.__name__ != "<lambda>"]
-    return named + [config.ray_cpus]
+    named = [p for p in config.STARTUP_PREDICATES + config.LATE_PREDICATES if p is not config._ray_cpus]
+    return named + [config.ray_cpus]  # ray_cpus words its problem itself; _ray_cpus only calls it
 
 
 def _ids_in(fn) -> set[str]:
