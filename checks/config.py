@@ -18,7 +18,7 @@ tests/test_config_differential.py compare `startup_problems` with verl's own val
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields as dataclass_fields
 from typing import Any
 
 from probes.facts import visible_devices
@@ -174,23 +174,22 @@ def need_critic(cfg: dict) -> bool:
 
 # --- the problem table (knowledge/config_problems.toml) --------------------------------------------
 
-_ROW_FIELDS = {"id", "title", "when", "severity", "keys", "reads", "message", "verl_message", "fix", "source"}
-
-
 @dataclass(frozen=True)
 class Row:
     """One problem of knowledge/config_problems.toml: its words and keys; the predicate is code."""
 
     id: str
     title: str
-    when: str
+    when: str  # "startup": verl's validate_config raises it; "late": minutes in, or never
+    # the settings the finding names, and the other keys its predicate reads
     keys: tuple[str, ...]
     reads: tuple[str, ...]
     source: str
+    # templates filled with the predicate's fields (str.format); a dict of variants where verl words it twice
     message: str | dict | None = None
     fix: str | dict = ""
     severity: str = "fail"
-    verl_message: str | None = None
+    verl_message: str | None = None  # verl's exact text where it differs from message ("" for a bare assert)
 
     def problem(self, fields: dict) -> Problem:
         variant = fields.get("variant")
@@ -198,6 +197,9 @@ class Row:
         fix = _variant(self.fix, variant).format(**fields)
         return Problem(self.id, message, fix, self.severity, list(self.keys), self.when == "startup",
                        self.verl_message)
+
+
+_ROW_FIELDS = {f.name for f in dataclass_fields(Row)}
 
 
 def _variant(text: str | dict | None, variant: str | None) -> str:
