@@ -66,11 +66,11 @@ def test_list_names_every_check_defined_in_the_package_cluster_ones_included():
 
 
 def test_the_catch_line_is_the_first_sentence_of_what_it_checks():
-    doc = """What a check does.
-
-    What it checks: that the launch's interface variables name
+    doc = """What it checks: that the launch's interface variables name
     real interfaces. Otherwise Gloo binds to nothing.
     How the job fails without it: connectFullMesh times out.
+    Fix: name an interface every node has.
+    After the fact: -
     """
     assert summary_line(doc, "Title") == "that the launch's interface variables name real interfaces."
     assert summary_line("No sections here.", "Title") == "Title"

@@ -39,16 +39,15 @@ def _names(value: str | None, option: str) -> set[str] | None:
 
 def summary_line(fn_doc: str | None, title: str) -> str:
     """What a check catches, in one line: the first sentence of the "What it checks:" section of
-    its docstring (its `doctor rules` page), else its title."""
-    text = fn_doc or ""
-    head = "What it checks:"
-    if head not in text:
+    its page (checks.registry.read_page), else its title."""
+    from checks.registry import PageError, read_page
+
+    try:
+        what = read_page(title, fn_doc).what
+    except PageError:
         return title
-    section = re.split(r"\n\s*\n|\n\s*(?:How the job fails without it|Fix|After the fact):",
-                       text.split(head, 1)[1])[0]
-    flat = " ".join(section.split())
-    first = re.match(r"(.+?[.!?])(\s|$)", flat)
-    return first.group(1) if first else (flat or title)
+    first = re.match(r"(.+?[.!?])(\s|$)", " ".join(what.split()))
+    return first.group(1) if first else (what or title)
 
 
 def list_checks(as_json: bool) -> None:
