@@ -169,6 +169,23 @@ def test_link_round_on_loopback_connects_and_checks_identity():
     assert {r["to"] for r in bad} == {"n2", "n3"} and "refused" in bad[0]["error"]
 
 
+def test_link_test_serves_two_transports_on_one_address():
+    """GLOO_SOCKET_IFNAME and HCCL_SOCKET_IFNAME naming the same NIC (the seed article's 3.3): one
+    listener per address must take both transports' connections from every peer."""
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    plan = {"n1": {"gloo": "127.0.0.2", "hccl": "127.0.0.2"},
+            "n2": {"gloo": "127.0.0.3", "hccl": "127.0.0.3"},
+            "n3": {"gloo": "127.0.0.5", "hccl": "127.0.0.5", "nccl": "127.0.0.5"}}
+    port = random.randint(42000, 48000)
+    with ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(lambda me: link_test(me, plan, port, 5.0), plan))
+    results = [r for a in answers for r in a["results"]]
+    assert len(results) == 2 * 2 * 3  # every ordered pair, over gloo and hccl (nccl: n3 only)
+    assert [r for r in results if not r["ok"]] == []
+
+
 def test_fingerprint_tells_same_size_files_apart(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     for d, last in ((one, b"\x00"), (two, b"\x01")):
