@@ -205,9 +205,11 @@ class NetnsCluster:
 
 
 @contextmanager
-def running_cluster(base: Path, tag: str, env: dict[str, str] | None = None, prepare=None):
-    """Namespaces up, `prepare(cluster)` (extra interfaces ...), Ray on A then B with `env`;
-    everything torn down on the way out, also after a failure."""
+def running_cluster(base: Path, tag: str, env: dict[str, str] | None = None, prepare=None,
+                    setup: list[str] = ()):
+    """Namespaces up, `prepare(cluster)` (extra interfaces ...), Ray on A then B with `env` (and the
+    shell steps `setup` before each `ray start`); everything torn down on the way out, also after a
+    failure."""
     reason = netns_unavailable_reason()
     if reason:
         pytest.skip(f"two-host tests need network namespaces: {reason}")
@@ -216,8 +218,8 @@ def running_cluster(base: Path, tag: str, env: dict[str, str] | None = None, pre
         cluster.create()
         if prepare is not None:
             prepare(cluster)
-        cluster.start_ray("a", env=env)
-        cluster.start_ray("b", env=env)
+        cluster.start_ray("a", env=env, setup=setup)
+        cluster.start_ray("b", env=env, setup=setup)
         cluster.wait_nodes(2)
         yield cluster
     finally:
