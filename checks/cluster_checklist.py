@@ -163,7 +163,7 @@ def _range_problems(view: ClusterView, n: dict, var: str) -> list:
         out.append(_finding(fid, "warn", f"{var} on {label} uses system ports below 1024",
                             f"{var}={raw}: ports 1-1023 are reserved for the system ({spec(var)['sources'][0]})",
                             restart_fix(label, f"{var}=60000-60050"), {"value": raw}, label))
-    if var == "HCCL_HOST_SOCKET_PORT_RANGE":
+    if var == "HCCL_HOST_SOCKET_PORT_RANGE":  # the NPU range lives on the NPU's own NIC, not the host's
         out += _host_overlaps(n, raw, spans)
     return out
 

@@ -153,6 +153,20 @@ def test_noset_missing_other_port_range_and_ulimit_1024_on_b(pair):
                and "60000-60050 on host-a" in f["message"] for f in ranges), ranges
     (nofile,) = _on_b(doc, "cluster.open_files")
     assert nofile["evidence"]["soft"] == 1024 and "ulimit -n 32768" in nofile["fix"]
+    # the same findings in the report a user pastes into a tracker
+    report = _report(pair)
+    for f in (noset, nofile, *ranges):
+        assert f["title"] in report and f["fix"].split(":")[0] in report, f["title"]
+
+
+def _report(cluster: NetnsCluster) -> str:
+    argv = [cluster.python, "-m", "doctor", "report", "--cluster", cluster.address, "--python", cluster.python,
+            "--cwd", str(cluster.launch_dir), "--timeout", "30", "--",
+            "python3", "-m", "verl.trainer.main_ppo", "trainer.nnodes=2", "trainer.n_gpus_per_node=8",
+            "trainer.device=npu"]
+    r = cluster.run("a", argv, cwd=ROOT, timeout=300)
+    assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr[-3000:]
+    return r.stdout
 
 
 DAVINCI_DEV = [  # host-b's own /dev in its own mount namespace, with 8 NPU device nodes

@@ -371,3 +371,17 @@ def test_ports_round_on_loopback_names_taken_ports_and_leaves_them_bindable():
             s = socket.socket()  # no SO_REUSEADDR, as a rank may bind it
             s.bind((addr, p))
             s.close()
+
+
+def test_checklist_checks_have_their_page_and_name_real_explain_rules():
+    from matching.catalog import load_rules
+
+    ids = {r.id for r in load_rules()}
+    new = [c for c in all_checks("cluster") if c.fn.__module__ in ("checks.cluster_checklist", "checks.cluster_runtime")]
+    assert len(new) == 7
+    for c in new:
+        doc = c.fn.__doc__ or ""
+        for section in ("What it checks:", "How the job fails without it:", "Fix:", "After the fact:"):
+            assert section in doc, (c.id, section)
+        named = [r.strip() for r in doc.split("After the fact:")[1].strip().split(",")]
+        assert named and all(r in ids for r in named), (c.id, named)
