@@ -67,7 +67,8 @@ def timeout_floor(view: ClusterView) -> tuple[dict, str]:
 
 @check("cluster.hccl_timeouts", "cluster", "HCCL timeouts valid and long enough for the job", scope="cluster")
 def hccl_timeouts(view: ClusterView) -> list:
-    """What it checks: HCCL_CONNECT_TIMEOUT and HCCL_EXEC_TIMEOUT in every node's `ray start`
+    """What it checks: HCCL timeouts that are invalid, too short for the job, or differ across nodes.
+    HCCL_CONNECT_TIMEOUT and HCCL_EXEC_TIMEOUT in every node's `ray start`
     environment: an integer within CANN's range, not below what the job's world size and model size
     call for (knowledge/cluster_checklist.toml, timeout_floor), and the same on every node.
 
@@ -115,7 +116,8 @@ def _timeout_problem(n: dict, var: str, need: int | None, why: str) -> list:
 @check("cluster.hccl_ports", "cluster", "HCCL port ranges valid, large enough and clear of Ray and the OS",
        scope="cluster")
 def hccl_port_ranges(view: ClusterView) -> list:
-    """What it checks: HCCL_HOST_SOCKET_PORT_RANGE and HCCL_NPU_SOCKET_PORT_RANGE on every node:
+    """What it checks: HCCL port ranges that are invalid, too small, clash with Ray or the OS, or differ.
+    HCCL_HOST_SOCKET_PORT_RANGE and HCCL_NPU_SOCKET_PORT_RANGE on every node:
     CANN's syntax ('auto', or ports and lo-hi ranges, comma-separated, not overlapping), at least as
     many ports as the node's ranks need, the host range clear of the ports the node's raylet holds
     (its worker port range and its own ports) and of the kernel's ephemeral range
@@ -209,7 +211,8 @@ def _truthy(value: str | None) -> bool:
 @check("cluster.visible_devices", "cluster", "Ray leaves NPU visibility to the engine's device choice",
        scope="cluster")
 def visible_devices_agree(view: ClusterView) -> list:
-    """What it checks: on every NPU node, RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1 in the
+    """What it checks: Ray narrowing each worker's NPUs while the engine opens device = local rank.
+    On every NPU node, RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1 in the
     environment of its `ray start`, and ASCEND_RT_VISIBLE_DEVICES (when set) listing at least
     trainer.n_gpus_per_node devices: the rollout engine verl starts (vllm-ascend, sglang) opens
     device = its local rank, which must be among the devices the worker sees.
@@ -247,8 +250,9 @@ def visible_devices_agree(view: ClusterView) -> list:
 
 @check("cluster.open_files", "cluster", "The raylet's open-file limit fits the job's workers", scope="cluster")
 def open_files(view: ClusterView) -> list:
-    """What it checks: the soft 'Max open files' limit of every node's raylet
-    (/proc/<raylet pid>/limits, i.e. `ulimit -n` of the shell that ran `ray start`), which every
+    """What it checks: A raylet whose open-file limit is too low for the job's workers.
+    The soft 'Max open files' limit of every node's raylet
+    (/proc/<raylet pid>/limits: `ulimit -n` of the shell that ran `ray start`), which every
     worker it starts inherits: at least Ray's recommended 8192, and on NPU jobs verl's 32768.
 
     How the job fails without it: workers holding sockets to the GCS, raylet, object store and

@@ -31,7 +31,8 @@ def _port_answers(view: ClusterView) -> dict:
 
 @check("cluster.ports", "cluster", "The checklist's ports answer between the nodes, each way", scope="cluster")
 def ports_answer(view: ClusterView) -> list:
-    """What it checks: a real listener and a real connect each way: every node listens on a
+    """What it checks: HCCL host ports, the GCS and the dashboard blocked between nodes, or taken.
+    A real listener and a real connect each way: every node listens on a
     sample of its HCCL_HOST_SOCKET_PORT_RANGE (on the address HCCL binds) and every other node
     connects to each of those ports; every node connects to the head's Ray GCS and dashboard ports.
     A port that cannot be listened on because another process holds it is named with its holder.
@@ -111,7 +112,8 @@ def ray_start_line(view: ClusterView, n: dict, npu: int) -> str:
 
 @check("cluster.npu_resources", "cluster", "Ray registers every node's NPUs as NPU", scope="cluster")
 def npu_resources(view: ClusterView) -> list:
-    """What it checks: on every node with NPUs (/dev/davinci[0-9]*), that Ray offers them as the
+    """What it checks: NPUs that Ray does not offer as `NPU` (missing, or counted as `GPU`).
+    On every node with NPUs (/dev/davinci[0-9]*), that Ray offers them as the
     `NPU` resource: not missing, and not counted as `GPU` (`ray start --num-gpus=8` on an Ascend
     node makes Ray pick the GPU manager, and then no NPU is registered at all).
 
@@ -152,7 +154,8 @@ def npu_resources(view: ClusterView) -> list:
 
 @check("cluster.clocks", "cluster", "Node clocks agree", scope="cluster")
 def clocks_agree(view: ClusterView) -> list:
-    """What it checks: every node's clock against the reference node's, measured through the
+    """What it checks: Node clocks that disagree beyond what logs and authentication tolerate.
+    Every node's clock against the reference node's, measured through the
     agents (the exchange with the shortest round trip; half of it is the uncertainty): a warning
     past the skew that scrambles log timelines, a failure past what token and ticket
     authentication tolerate (knowledge/cluster_checklist.toml, [clock]).
