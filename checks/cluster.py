@@ -31,6 +31,7 @@ class ClusterView:
     nnodes: int | None = None
     gpus_per_node: int | None = None
     path_keys: dict[str, str] = field(default_factory=dict)  # path -> the launch key naming it
+    job: dict = field(default_factory=dict)  # the launch's device, rollout engine, model size (params_b, params_from)
 
     def __post_init__(self) -> None:
         nodes = self.report.get("nodes") or []
@@ -423,6 +424,8 @@ def devices_match(view: ClusterView) -> list[Finding]:
         kind, real = counts[n["label"]]
         resource = "NPU" if kind == "npu" else "GPU"
         ray_count = int((n.get("resources") or {}).get(resource, 0))
+        if kind == "npu" and not ray_count:
+            continue  # no NPU resource at all: cluster.npu_resources says so, with its `ray start` line
         if view.gpus_per_node and real < view.gpus_per_node:
             out.append(_finding("cluster.devices", "fail",
                                 f"{n['label']} has {real} devices, trainer.n_gpus_per_node={view.gpus_per_node}",
@@ -437,7 +440,10 @@ def devices_match(view: ClusterView) -> list[Finding]:
                 fix = f"on {n['label']}: list every device in {var} (or unset it), then `ray start` again"
             else:
                 why = "Ray's NPU detector without pyACL counts /dev/davinci? only, single digits"
-                fix = f"on {n['label']}: ray start ... --resources='{{\"{resource}\": {real}}}'"
+                from checks.cluster_runtime import ray_start_line  # that module builds on this one
+
+                fix = f"on {n['label']}: " + (ray_start_line(view, n, real) if kind == "npu" else
+                                                f"ray start ... --num-gpus={real}")
             out.append(_finding("cluster.devices", "fail" if view.gpus_per_node and ray_count < view.gpus_per_node
                                 else "warn",
                                 f"Ray counts {ray_count} {resource}s on {n['label']}, which has {real}",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -48,6 +49,59 @@ def node_environment() -> dict[str, str]:
         else:
             env.pop("PYTHONPATH")
     return dict(env)
+
+
+def _raylet():
+    try:
+        import psutil
+
+        return next((p for p in psutil.Process().parents() if p.name() == "raylet"), None)
+    except Exception:  # no psutil, no permission
+        return None
+
+
+def open_file_limit(pid: int) -> list[int | None] | None:
+    """[soft, hard] 'Max open files' of a process (None: unlimited), from /proc/<pid>/limits."""
+    try:
+        text = Path(f"/proc/{pid}/limits").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Max open files"):
+            return [None if v == "unlimited" else int(v) for v in line.split()[3:5]]
+    return None
+
+
+def raylet_facts() -> dict:
+    """This node's raylet: its pid, its open-file limit (every worker inherits it) and the ports
+    its command line names (Ray's own ports on this node)."""
+    raylet = _raylet()
+    if raylet is None:
+        return {}
+    ports: dict[str, int] = {}
+    try:
+        cmdline = raylet.cmdline()
+    except Exception:
+        cmdline = []
+    for arg in cmdline:
+        m = re.match(r"--(\w*port\w*)=(\d+)$", arg)
+        if m and int(m.group(2)):
+            ports[m.group(1)] = int(m.group(2))
+        m = re.match(r"--gcs[-_]address=.*:(\d+)$", arg)
+        if m:
+            ports["gcs"] = int(m.group(1))
+    return {"pid": raylet.pid, "nofile": open_file_limit(raylet.pid), "ports": ports}
+
+
+def sysctl_facts() -> dict:
+    """The kernel's ephemeral port range and reserved ports (per network namespace)."""
+    out = {}
+    for key in ("ip_local_port_range", "ip_local_reserved_ports"):
+        try:
+            out[key] = Path(f"/proc/sys/net/ipv4/{key}").read_text().split()
+        except OSError:
+            pass
+    return out
 
 
 def file_fingerprint(path: str) -> dict:
@@ -214,7 +268,7 @@ def node_facts(req: dict, ray_node_ip: str) -> dict:
     comm = facts.get("comm_env") or {}
     links = {t: pick_address(t, comm, facts.get("interfaces") or {}, hostname_addrs) for t in transports(facts)}
     shown_env = {k: v for k, v in env.items() if not any(w in k.upper() for w in SECRET_WORDS)}
-    out.update(facts=facts, env=shown_env, git=git, links=links,
+    out.update(facts=facts, env=shown_env, git=git, links=links, raylet=raylet_facts(), sysctl=sysctl_facts(),
                fingerprints={p: path_fingerprint(p) for p in req.get("paths", [])},
                seconds=round(time.perf_counter() - t0, 3))
     return out
