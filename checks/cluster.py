@@ -459,6 +459,44 @@ def _device_count(n: dict) -> tuple[str, int]:
     return "gpu", int(dev.get("nvidia") or 0)
 
 
+def _address_problems(view: ClusterView) -> list[Finding]:
+    """A transport with no usable address on a node, or one that would bind loopback."""
+    out = []
+    for n in view.answered:
+        for transport, pick in (n.get("links") or {}).items():
+            if pick.get("error"):
+                out.append(_finding("cluster.link", "fail", f"{transport} has no usable address on {n['label']}",
+                                    pick["error"], f"on {n['label']}: export {transport.upper()}_SOCKET_IFNAME="
+                                    f"{_cluster_iface(n)}, then restart `ray start` there", {"transport": transport},
+                                    n["label"]))
+            elif pick.get("address", "").startswith("127.") and len(view.answered) > 1:
+                out.append(_finding("cluster.link", "fail", f"{transport} would bind loopback on {n['label']}",
+                                    f"{pick.get('via')}: {pick['address']}; other nodes cannot reach it and the job "
+                                    "fails in connectFullMesh (one rank hangs)",
+                                    f"on {n['label']}: export {transport.upper()}_SOCKET_IFNAME=<cluster interface>, "
+                                    "or map the hostname to the cluster address in /etc/hosts",
+                                    {"transport": transport, **pick}, n["label"]))
+    return out
+
+
+def _shared_addresses(view: ClusterView) -> list[Finding]:
+    """Several nodes that would pick one address for a transport (a shared bridge, one machine)."""
+    out = []
+    shared = defaultdict(list)
+    for n in view.answered:
+        for transport, pick in (n.get("links") or {}).items():
+            if pick.get("address") and not pick["address"].startswith("127."):
+                shared[(transport, pick["address"])].append(n["label"])
+    for (transport, addr), labels in shared.items():
+        if len(labels) > 1:
+            out.append(_finding("cluster.link", "fail", f"{len(labels)} nodes would use {addr} for {transport}",
+                                f"{', '.join(labels)} all pick {addr} for {transport}: a collective cannot tell them "
+                                "apart (a shared bridge such as docker0, or several nodes on one machine)",
+                                f"set {transport.upper()}_SOCKET_IFNAME on each node to its own cluster interface",
+                                {"transport": transport, "address": addr, "nodes": labels}, labels[-1]))
+    return out
+
+
 @check("cluster.link", "cluster", "Nodes reach each other on the collective interfaces", scope="cluster")
 def links_work(view: ClusterView) -> list[Finding]:
     """What it checks: that each node has a usable, non-loopback address for each transport it will use
@@ -475,34 +513,8 @@ def links_work(view: ClusterView) -> list[Finding]:
 
     After the fact: gloo-connect-full-mesh-failed, gloo-hostname-loopback, hccl-socket-timeout,
     hccl-transport-init-error, torch-dist-store-timeout, nccl-watchdog-timeout"""
-    out = []
+    out = _address_problems(view) + _shared_addresses(view)
     by_label = {n.get("id"): n["label"] for n in view.report.get("nodes") or []}
-    for n in view.answered:
-        for transport, pick in (n.get("links") or {}).items():
-            if pick.get("error"):
-                out.append(_finding("cluster.link", "fail", f"{transport} has no usable address on {n['label']}",
-                                    pick["error"], f"on {n['label']}: export {transport.upper()}_SOCKET_IFNAME="
-                                    f"{_cluster_iface(n)}, then restart `ray start` there", {"transport": transport},
-                                    n["label"]))
-            elif pick.get("address", "").startswith("127.") and len(view.answered) > 1:
-                out.append(_finding("cluster.link", "fail", f"{transport} would bind loopback on {n['label']}",
-                                    f"{pick.get('via')}: {pick['address']}; other nodes cannot reach it and the job "
-                                    "fails in connectFullMesh (one rank hangs)",
-                                    f"on {n['label']}: export {transport.upper()}_SOCKET_IFNAME=<cluster interface>, "
-                                    "or map the hostname to the cluster address in /etc/hosts",
-                                    {"transport": transport, **pick}, n["label"]))
-    shared = defaultdict(list)
-    for n in view.answered:
-        for transport, pick in (n.get("links") or {}).items():
-            if pick.get("address") and not pick["address"].startswith("127."):
-                shared[(transport, pick["address"])].append(n["label"])
-    for (transport, addr), labels in shared.items():
-        if len(labels) > 1:
-            out.append(_finding("cluster.link", "fail", f"{len(labels)} nodes would use {addr} for {transport}",
-                                f"{', '.join(labels)} all pick {addr} for {transport}: a collective cannot tell them "
-                                "apart (a shared bridge such as docker0, or several nodes on one machine)",
-                                f"set {transport.upper()}_SOCKET_IFNAME on each node to its own cluster interface",
-                                {"transport": transport, "address": addr, "nodes": labels}, labels[-1]))
     link = view.report.get("link")
     if not link:
         return out
