@@ -27,7 +27,8 @@ def _distinct_lines(path: Path) -> set[str]:
     for line in body:
         s = line.strip()
         frame = s.startswith(("File ", "at "))
-        if len(s) >= 40 and not frame and not after_frame and not s.startswith(
+        words = sum(c.isalpha() for c in s) >= 20  # not a caret underline or a row of digits
+        if len(s) >= 40 and words and not frame and not after_frame and not s.startswith(
                 ("Traceback", "During handling", "The above")):
             out.add(s)
         after_frame = frame
