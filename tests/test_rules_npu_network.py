@@ -108,7 +108,6 @@ def test_hccl_port_in_use_explains_the_link_timeout_after_it():
 MESSAGE_FORMS = [
     ("open device 1 failed, runtime result = 107001.[FUNC:ReportCallError][FILE:log_inner.cpp][LINE:161]",
      "npu-set-device-failed"),
-    ("Set visible device failed, invalid device=1, input visible devices:0,1", "npu-set-device-failed"),
     ("[ERROR]  acl set device 3 failed, errorCode = 507899", "npu-set-device-failed"),
     ("RuntimeError: NPU function error: c10_npu::SetDevice(device_index), error code is 507033",
      "npu-set-device-failed"),
