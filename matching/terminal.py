@@ -43,14 +43,14 @@ NEAR_RULE = 5              # a flagged line this close to a rule's line is part 
 
 # An exception line: the type (dotted, ending like an exception), an optional wrapped type, the message.
 # vLLM prefixes every line of a logged traceback with "ERROR <date> [file:line] "; torchrun with "[rankN]: ".
-_LEVEL = r"(?:(?P<lvl>ERROR|CRITICAL)\s[^\[\]]{0,60}\[[^\]]{1,80}\]\s*)?"
+_LEVEL = r"(?:(?P<lvl>ERROR|CRITICAL)\s[^\]]{0,80}\]\s*)?"
 EXC_LINE = re2.compile(
     r"^(?:\[(?:rank|default)\d+\]:\s*)?" + _LEVEL +
-    r"(?P<type>(?:[A-Za-z_]\w*\.){0,6}(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|StopIteration))"
+    r"(?P<type>(?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|StopIteration))"
     r"(?:\((?P<inner>[\w.]*)\))?(?::\s?(?P<msg>.*))?$")
 # Prefilter forms: which lines are worth a look (exception lines; the rest come from the classes).
-EXCEPTION_PATTERNS = (r"^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\s*$",
-                      r"\b[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)(?:\([\w.]*\))?: ")
+EXCEPTION_PATTERNS = (r"^\s*(?:[\w.]+\.)?_?[A-Z]\w*(?:Error|Exception)\s*$",
+                      r"\b_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)(?:\([\w.]*\))?: ")
 HEADER = re2.compile(r"Traceback \(most recent call last\):")
 FRAME = re2.compile(r'^\s*File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)')
 CHAIN = re2.compile(r"^(?:During handling of the above exception, another exception occurred|"

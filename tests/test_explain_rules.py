@@ -37,6 +37,7 @@ import pytest
 
 from matching.catalog import load_rules
 from matching.explain import explain_paths
+from matching.terminal import generic
 
 from .conftest import SHARED
 
@@ -46,19 +47,20 @@ CLEAN_LOGS = sorted((SHARED / "research" / "clean-logs").glob("*.log")) + sorted
     (FIXTURES / "clean").glob("*.log"))
 RULES = load_rules()
 BY_ID = {r.id: r for r in RULES}
+CLASSES = generic().classes  # the generic layer under the rules (knowledge/generic.toml)
 
 
 def fixtures_of(rule_id: str) -> list[Path]:
     return sorted([FIXTURES / f"{rule_id}.log", *FIXTURES.glob(f"{rule_id}--*.log")])
 
 
-def fixture_cases():
-    for rule in RULES:
+def fixture_cases(items=RULES):
+    for rule in items:
         for path in fixtures_of(rule.id):
             yield pytest.param(rule.id, path, id=path.stem)
 
 
-@pytest.mark.parametrize("rule", [r.id for r in RULES])
+@pytest.mark.parametrize("rule", [r.id for r in RULES] + [c.id for c in CLASSES])
 def test_every_rule_has_a_sourced_fixture(rule):
     paths = [p for p in fixtures_of(rule) if p.exists()]
     assert paths, f"rule {rule} has no fixture tests/fixtures/explain/{rule}.log"
@@ -83,8 +85,19 @@ def test_fixture_is_explained_by_its_rule_first(rule, path):
     assert found[0].lines and all(ln.n >= 2 for ln in found[0].lines)  # line 1 is the header
 
 
+@pytest.mark.parametrize("cid,path", [c for c in fixture_cases(CLASSES) if c.values[1].exists()])
+def test_generic_fixture_is_explained_by_its_class_first(cid, path):
+    """A failure no rule names: the generic layer classifies it, as a cause, with a lower confidence."""
+    found = explain_paths([str(path)])
+    assert found, f"{path.name}: nothing explained"
+    top = found[0]
+    assert top.rule == cid, f"{path.name}: ranked {[f.rule for f in found]}, expected {cid} first"
+    assert top.generic and not top.consequence and top.confidence < 0.6
+    assert top.lines and all(ln.n >= 2 for ln in top.lines)
+
+
 def test_no_orphan_fixtures():
-    ids = {r.id for r in RULES}
+    ids = {r.id for r in RULES} | {c.id for c in CLASSES}
     orphans = [p.name for p in FIXTURES.glob("*.log") if p.stem.split("--")[0] not in ids]
     assert not orphans, f"fixtures without a rule: {orphans}"
 
