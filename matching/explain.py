@@ -338,7 +338,7 @@ class Scan:
         self.truncated = False
         self.gzip_error: str | None = None
         self.display: str | None = None
-        self.collector = terminal.Collector(clean_line) if matcher.layer else None
+        self.collector = terminal.Collector(clean_line, matcher.layer) if matcher.layer else None
 
     def feed_stream(self, stream: BinaryIO, name: str | None = None, display: str | None = None) -> None:
         """Scan a binary stream in blocks; only prefilter candidates cost Python work."""
@@ -480,16 +480,16 @@ class Scan:
     # Verdict
 
     def findings(self) -> list[Explanation]:
-        found, explained = [], set()
+        found, explained, weak = [], set(), set()
         for i, rule in enumerate(self.m.rules):
             exp = self._evaluate(i, rule)
             if exp is not None:
                 found.append(exp)
-                explained |= self._lines_of_rule(i)
+                (weak if rule.consequence else explained).update(self._lines_of_rule(i))
         if self.collector is None:
             return rank(found)
-        generic = [_generic_explanation(v, hits)
-                   for v, hits in terminal.analyse(self.collector, explained, self.m.layer)]
+        verdicts = terminal.analyse(self.collector, explained, self.m.layer, frozenset(weak - explained))
+        generic = [_generic_explanation(v, hits) for v, hits in verdicts]
         return rank(found + generic, self.m.layer)
 
     def _lines_of_rule(self, i: int) -> set[tuple[str, int]]:

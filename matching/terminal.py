@@ -58,6 +58,9 @@ CHAIN = re2.compile(r"^(?:During handling of the above exception, another except
 LOGGED = re2.compile(r"\b(?:ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL)\b")
 WARNING_LINE = re2.compile(r"^\s*(?:\[?\w+\s?\d*\]?\s)?(?:WARNING|WARN|INFO|DEBUG)\b|^\[?[WI]\d{4}\b|"
                            r"^\S+:\d+: \w*Warning: |\b(?:User|Future|Deprecation|Runtime|Resource)Warning\b")
+# The exception type of a raw line, found cheaply (no decoding, no prefix stripping)
+KEY_RX = re2.compile(rb"(?:^|[\s)\]:])((?:[A-Za-z_]\w*\.){0,6}_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout))"
+                     rb"(?:\([\w.]*\))?(?::|\s*$)")
 MSG_PATH = re2.compile(r"""['"(](?P<path>/[^'")\s]+)""")
 
 
@@ -91,6 +94,7 @@ class GClass:
     raised_in: str | None = None
     not_in: str | None = None
     terminal: bool = False
+    alone: bool = False                   # only when the log shows nothing but consequences
     pattern: str | None = None            # a family: the code's pattern, with a `code` group
     members: tuple[Member, ...] = ()
 
@@ -118,7 +122,7 @@ class Generic:
 
 
 _CLASS_KEYS = {"id", "category", "title", "cause", "fix", "confidence", "references", "exceptions",
-               "lines", "words", "raised_in", "not_in", "terminal"}
+               "lines", "words", "raised_in", "not_in", "terminal", "alone"}
 _FAMILY_KEYS = {"id", "title", "cause", "fix", "confidence", "references", "lines", "pattern", "members"}
 
 
@@ -157,6 +161,7 @@ def _make_class(t: dict, family: bool) -> GClass:
                   references=tuple(t["references"]), exceptions=tuple(t.get("exceptions", ())),
                   lines=lines, words=t.get("words"), raised_in=t.get("raised_in"),
                   not_in=t.get("not_in"), terminal=bool(t.get("terminal", False)),
+                  alone=bool(t.get("alone", False)),
                   pattern=t.get("pattern"), members=members)
 
 
@@ -185,6 +190,19 @@ def generic() -> Generic:
 @lru_cache(maxsize=256)
 def _rx(pattern: str):
     return re2.compile(pattern)
+
+
+@lru_cache(maxsize=4)
+def _line_set(g: Generic):
+    """One RE2 set of every class's line patterns: which class a plain line may belong to."""
+    patterns = [p for c in g.classes for p in c.lines]
+    if not patterns:
+        return None
+    s = re2.Set.SearchSet(re2.Options())
+    for p in patterns:
+        s.Add(p)
+    s.Compile()
+    return s
 
 
 # ------------------------------------------------------------------------------------------------
@@ -232,8 +250,9 @@ class Event:
 class Collector:
     """Bounded intake of flagged lines (first ones, first per type, last ones)."""
 
-    def __init__(self, clean):
+    def __init__(self, clean, layer: "Generic | None" = None):
         self.clean = clean                     # explain.clean_line
+        self.line_set = _line_set(layer or generic())
         self.first: list[Raw] = []
         self.per_key: dict[str, list[Raw]] = {}
         self.last: deque[Raw] = deque(maxlen=LAST_EVENTS)
@@ -241,37 +260,38 @@ class Collector:
         self.progress: dict[str | None, int] = {}   # file -> last line showing the run went on
 
     def block(self, buf, cands: list[tuple[int, bytes, int]], name: str | None) -> None:
-        """A block's flagged lines (start offset, the line's bytes, line number): all of them while
-        few were seen, after that the block's last ones only."""
-        if self.seen >= FIRST_EVENTS:
-            cands = cands[-TAIL_PER_BLOCK:]
-        for ls, raw_line, n in cands:
+        """A block's flagged lines (start offset, the line's bytes, line number). Every one costs a
+        regex on its first bytes; only those kept (the first ones, the first of each exception type
+        or line class, the block's last ones) are copied with their context."""
+        tail_from = len(cands) - TAIL_PER_BLOCK
+        for i, (ls, raw_line, n) in enumerate(cands):
             if raw_line.rstrip().endswith(b"across cluster]"):
                 continue  # Ray's note that other workers printed the same line: seen already
             key = self._key(raw_line)
             if key is None:
                 continue
-            self._keep(Raw(n, name, bytes(buf[max(0, ls - CONTEXT_BYTES):ls]) + raw_line, key))
+            self.seen += 1
+            slot = self.per_key.get(key)
+            if slot is None and len(self.per_key) < MAX_TYPES:
+                slot = self.per_key[key] = []
+            first = len(self.first) < FIRST_EVENTS
+            if first or (slot is not None and len(slot) < PER_TYPE) or i >= tail_from:
+                raw = Raw(n, name, bytes(buf[max(0, ls - CONTEXT_BYTES):ls]) + raw_line, key)
+                if first:
+                    self.first.append(raw)
+                elif slot is not None and len(slot) < PER_TYPE:
+                    slot.append(raw)
+                else:
+                    self.last.append(raw)
 
     def _key(self, raw_line: bytes) -> str | None:
-        text = self.clean(raw_line).text
-        m = EXC_LINE.search(text)
+        """The exception type of a line, or the generic line pattern it matches; None: nothing."""
+        head = raw_line if len(raw_line) <= 2048 else raw_line[:1024] + b" ... " + raw_line[-1024:]
+        m = KEY_RX.search(head)
         if m:
-            return m.group("type").rsplit(".", 1)[-1]
-        return None if HEADER.search(text) else "line"
-
-    def _keep(self, raw: Raw) -> None:
-        self.seen += 1
-        if len(self.first) < FIRST_EVENTS:
-            self.first.append(raw)
-            return
-        slot = self.per_key.get(raw.key)
-        if slot is None and len(self.per_key) < MAX_TYPES:
-            slot = self.per_key[raw.key] = []
-        if slot is not None and len(slot) < PER_TYPE:
-            slot.append(raw)
-            return
-        self.last.append(raw)
+            return m.group(1).rsplit(b".", 1)[-1].decode("ascii", "replace")
+        hit = self.line_set.Match(head.decode("utf-8", "replace")) if self.line_set else []
+        return f"line:{min(hit)}" if hit else None
 
     def note_progress(self, name: str | None, n: int) -> None:
         self.progress[name] = max(n, self.progress.get(name, 0))
@@ -410,15 +430,16 @@ class Verdict:
         return self.member.category if self.member else self.cls.category
 
 
-def classify(ev: Event, g: Generic, final: bool) -> Verdict | None:
-    """The class of an event: for a chain, its earliest member a specific class knows (the cause)."""
+def classify(ev: Event, g: Generic, final: bool, weak: frozenset = frozenset()) -> Verdict | None:
+    """The class of an event: for a chain, its earliest member a specific class knows (the cause).
+    Members a consequence rule already names (`weak`) or consequence words are skipped."""
     excs = ev.chain or [None]
     for exc in excs:
         text = exc.text if exc else ev.line.text
-        if _consequence(g, text):
+        if _consequence(g, text) or (exc and ((exc.line.file or ""), exc.n) in weak):
             continue
         for c in g.classes:
-            if c.terminal and not (final and ev.header and exc is excs[-1]):
+            if c.alone or (c.terminal and not (final and ev.header and exc is excs[-1])):
                 continue
             if c.members:
                 fm = _member_of(c, text)
@@ -448,18 +469,20 @@ def events(col: Collector) -> list[Event]:
     return [e for e in evs if e.key not in inner]
 
 
-def _live(e: Event, col: Collector, explained: set) -> bool:
+def _live(e: Event, col: Collector, explained: set, weak: frozenset = frozenset()) -> bool:
     """Not explained by a rule (a line of its chain, or a line printed right beside a rule's: the
-    same report), not handled, and not followed by training progress."""
+    same report; a plain line any rule claims), not handled, not followed by training progress."""
     f = e.line.file or ""
     keys = {(f, e.line.n + d) for d in range(-NEAR_RULE, NEAR_RULE + 1)} | {(f, x.n) for x in e.chain}
-    if keys & explained or e.handled:
+    if keys & (explained if e.chain else explained | weak) or e.handled:
         return False
     return col.progress.get(e.line.file, 0) < e.line.n
 
 
-def analyse(col: Collector, explained: set, g: Generic | None = None) -> list[Verdict]:
-    """The layer's findings, the cause first: specific classes by position, then the terminal one."""
+def analyse(col: Collector, explained: set, g: Generic | None = None, weak: frozenset = frozenset()):
+    """The layer's findings, the cause first: specific classes by position, then the terminal one.
+    `explained`: lines a rule that names a cause claims; `weak`: lines only a consequence rule
+    claims (a chain through them may still show its cause)."""
     g = g or generic()
     evs = events(col)
     last = {}
@@ -468,9 +491,9 @@ def analyse(col: Collector, explained: set, g: Generic | None = None) -> list[Ve
             last[e.line.file] = e            # each file's last exception: its terminal failure
     verdicts, seen = [], {}
     for e in evs:
-        if not _live(e, col, explained):
+        if not _live(e, col, explained, weak):
             continue
-        v = classify(e, g, final=last.get(e.line.file) is e)
+        v = classify(e, g, final=last.get(e.line.file) is e, weak=weak)
         if v is None:
             continue
         key = (v.cls.id, v.member.meaning if v.member else "")
@@ -479,8 +502,22 @@ def analyse(col: Collector, explained: set, g: Generic | None = None) -> list[Ve
             continue
         seen[key] = [v, 1]
         verdicts.append(v)
+    if not verdicts:
+        verdicts = _consequences_alone(evs, col, explained | weak, g)
+        seen = {(v.cls.id, ""): [v, 1] for v in verdicts}
     verdicts.sort(key=lambda v: (v.cls.terminal, v.event.key))
     return [(v, seen[(v.cls.id, v.member.meaning if v.member else "")][1]) for v in verdicts][:MAX_FINDINGS]
+
+
+def _consequences_alone(evs: list[Event], col: Collector, claimed: set, g: Generic) -> list[Verdict]:
+    """Nothing but consequences: the first one, so that a failed run is never "nothing matched"."""
+    alone = next((c for c in g.classes if c.alone), None)
+    for e in evs if alone else ():
+        if _live(e, col, claimed):
+            exc = next((x for x in e.chain if _consequence(g, x.text)), None)
+            if exc or (not e.chain and _consequence(g, e.line.text)):
+                return [Verdict(alone, e, exc)]
+    return []
 
 
 def evidence(v: Verdict) -> list:
