@@ -159,13 +159,13 @@ class Matcher:
     def __init__(self, rules: Iterable[Rule], layer: terminal.Generic | None = None):
         self.rules = list(rules)
         self.layer = layer          # the generic layer under the rules (None: rules only)
-        self.patterns: list[str] = []           # unique patterns; index = Set index
+        self.exprs: list[str] = []              # unique patterns; index = Set index
         index: dict[str, int] = {}
 
         def add(p: str) -> int:
             if p not in index:
-                index[p] = len(self.patterns)
-                self.patterns.append(p)
+                index[p] = len(self.exprs)
+                self.exprs.append(p)
             return index[p]
 
         self.rule_patterns = [[add(p) for p in r.patterns] for r in self.rules]
@@ -173,15 +173,18 @@ class Matcher:
         self.rule_requires = [add(r.requires) if r.requires else None for r in self.rules]
         self.fallback = {add(p) for p in FALLBACK_PATTERNS}
         # the generic layer's lines: like the fallback ones, they cost no rule evaluation
+        # what the rules (and the fallback) look for: bench/explain_speed.py gives grep these; the
+        # generic layer's own lines are extra work of doctor's, not part of the comparison
+        self.patterns = list(self.exprs)
         self.cheap = self.fallback | {add(p) for p in (layer.line_patterns() if layer else ())}
 
         opts = re2.Options()
         opts.max_mem = 64 << 20  # room for the whole catalog's DFA, so RE2 never drops to its NFA
         self.line_set = re2.Set.SearchSet(opts)
-        for p in self.patterns:
+        for p in self.exprs:
             self.line_set.Add(p)
         self.line_set.Compile()
-        self.prefilter = make_prefilter([_block_form(p) for p in self.patterns])
+        self.prefilter = make_prefilter([_block_form(p) for p in self.exprs])
 
 
 _MATCHER: Matcher | None = None
@@ -418,12 +421,13 @@ class Scan:
                 flagged.append((ls, raw, counted + 1))
             elif self._line(raw, counted + 1, name):
                 flagged.append((ls, raw, counted + 1))
+        newlines = counted - line_base + buf.count(b"\n", counted_pos, end)
         if self.collector is not None:
             self.collector.block(buf, flagged, name)
-            self._progress(buf, end, line_base, name)
-        return counted - line_base + buf.count(b"\n", counted_pos, end)
+            self._progress(buf, end, line_base + newlines, name)
+        return newlines
 
-    def _progress(self, buf, end: int, line_base: int, name: str | None) -> None:
+    def _progress(self, buf, end: int, lines_at_end: int, name: str | None) -> None:
         """The block's last line that shows the run went on (a logged training step): one reverse
         literal search per block, not per line."""
         for literal, pattern in self.m.layer.progress:
@@ -435,7 +439,7 @@ class Scan:
                 ls = buf.rfind(b"\n", 0, pos) + 1
                 le = buf.find(b"\n", pos, end)
                 if terminal._rx(pattern).search(clean_line(bytes(buf[ls:le if le >= 0 else end][:4096])).text):
-                    self.collector.note_progress(name, line_base + buf.count(b"\n", 0, ls) + 1)
+                    self.collector.note_progress(name, lines_at_end - buf.count(b"\n", ls, end) + 1)
                     break
                 stop = pos
 

@@ -37,6 +37,7 @@ PER_TYPE = 2               # and the first events of each exception type / line 
 MAX_TYPES = 64
 LAST_EVENTS = 16           # and the last ones
 TAIL_PER_BLOCK = 32        # after the first ones, a block's last candidates only
+KEY_CACHE = 4096           # distinct flagged lines whose key is remembered
 FRAMES_SHOWN = 1           # innermost frames shown as evidence
 MAX_FINDINGS = 3
 NEAR_RULE = 5              # a flagged line this close to a rule's line is part of that report
@@ -49,8 +50,12 @@ EXC_LINE = re2.compile(
     r"(?P<type>(?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|StopIteration))"
     r"(?:\((?P<inner>[\w.]*)\))?(?::\s?(?P<msg>.*))?$")
 # Prefilter forms: which lines are worth a look (exception lines; the rest come from the classes).
-EXCEPTION_PATTERNS = (r"^\s*(?:[\w.]+\.)?_?[A-Z]\w*(?:Error|Exception)\s*$",
-                      r"\b_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)(?:\([\w.]*\))?: ")
+# matching/explain.py's fallback lines flag "SomeError: message"; these add the exceptions Python
+# prints without a message (a bare `assert`), other endings, private types, Ray's wrapped ones.
+EXCEPTION_PATTERNS = (r"^\s*(?:[\w.]+\.)?(?:AssertionError|KeyboardInterrupt|MemoryError|StopIteration|"
+                      r"NotImplementedError|RecursionError|SystemExit)\s*$",
+                      r"\b[A-Z]\w*(?:Exit|Interrupt|Failure|Timeout)(?:\([\w.]*\))?: |\._[A-Z]\w*Error: |"
+                      r"\b[A-Z]\w*(?:Error|Exception)\([\w.]*\): ")
 HEADER = re2.compile(r"Traceback \(most recent call last\):")
 FRAME = re2.compile(r'^\s*File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)')
 CHAIN = re2.compile(r"^(?:During handling of the above exception, another exception occurred|"
@@ -257,6 +262,7 @@ class Collector:
         self.per_key: dict[str, list[Raw]] = {}
         self.last: deque[Raw] = deque(maxlen=LAST_EVENTS)
         self.seen = 0
+        self._keys: dict[bytes, str | None] = {}
         self.progress: dict[str | None, int] = {}   # file -> last line showing the run went on
 
     def block(self, buf, cands: list[tuple[int, bytes, int]], name: str | None) -> None:
@@ -285,13 +291,22 @@ class Collector:
                     self.last.append(raw)
 
     def _key(self, raw_line: bytes) -> str | None:
-        """The exception type of a line, or the generic line pattern it matches; None: nothing."""
+        """The exception type of a line, or the generic line pattern it matches; None: nothing.
+        Logs repeat their error lines (each worker, each retry): the answer is cached per line."""
         head = raw_line if len(raw_line) <= 2048 else raw_line[:1024] + b" ... " + raw_line[-1024:]
+        cached = self._keys.get(head, self)
+        if cached is not self:
+            return cached
         m = KEY_RX.search(head)
         if m:
-            return m.group(1).rsplit(b".", 1)[-1].decode("ascii", "replace")
-        hit = self.line_set.Match(head.decode("utf-8", "replace")) if self.line_set else []
-        return f"line:{min(hit)}" if hit else None
+            key = m.group(1).rsplit(b".", 1)[-1].decode("ascii", "replace")
+        else:
+            hit = self.line_set.Match(head.decode("utf-8", "replace")) if self.line_set else []
+            key = f"line:{min(hit)}" if hit else None
+        if len(self._keys) >= KEY_CACHE:
+            self._keys.clear()
+        self._keys[head] = key
+        return key
 
     def note_progress(self, name: str | None, n: int) -> None:
         self.progress[name] = max(n, self.progress.get(name, 0))
