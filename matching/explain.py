@@ -11,6 +11,8 @@ How a log is read (constant memory, any size):
   3. At the end each rule's `near` / `requires` conditions are checked and the hits are ranked:
      real causes before consequences, the earliest incident first, the most specific rule first
      within an incident (see knowledge/rules/README.md).
+  4. Under the rules, the generic layer (matching/terminal.py) classifies the run's terminal
+     failure that no rule names, from the error-like lines the prefilter flagged (bounded).
 """
 from __future__ import annotations
 

@@ -64,7 +64,9 @@ def _human(report, show_all: bool) -> None:
     colour = CATEGORY_COLOURS.get(top.category, "white")
     head = click.style(f"[{top.category}]", fg=colour, bold=True)
     phase = f" (phase: {top.phase})" if top.phase else ""
-    click.echo(f"{head} {click.style(top.title, bold=True)}{phase}  {click.style(top.rule, dim=True)}")
+    layer = f"  (no rule names it; generic class, confidence {top.confidence})" if top.generic else ""
+    click.echo(f"{head} {click.style(top.title, bold=True)}{phase}  {click.style(top.rule, dim=True)}"
+               + click.style(layer, dim=True))
     for line in top.lines:
         click.echo(f"  {click.style(_where(line), dim=True)}: {line.to_dict()['text']}")
     _echo_block("cause:", top.cause)
