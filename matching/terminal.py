@@ -57,8 +57,9 @@ EXCEPTION_PATTERNS = (r"^\s*(?:[\w.]+\.)?(?:AssertionError|KeyboardInterrupt|Mem
                       r"\b[A-Z]\w*(?:Exit|Interrupt|Failure|Timeout)(?:\([\w.]*\))?: |\._[A-Z]\w*Error: |"
                       r"\b[A-Z]\w*(?:Error|Exception)\([\w.]*\): ")
 HEADER = re2.compile(r"Traceback \(most recent call last\):")
-FRAME = re2.compile(r'^\s*File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)')
-CHAIN = re2.compile(r"^(?:During handling of the above exception, another exception occurred|"
+# Searched, not anchored: torchrun's "[rank0]: " and vLLM's "ERROR <date> [file:line] " may precede.
+FRAME = re2.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)')
+CHAIN = re2.compile(r"(?:During handling of the above exception, another exception occurred|"
                     r"The above exception was the direct cause of the following exception):")
 LOGGED = re2.compile(r"\b(?:ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL)\b")
 WARNING_LINE = re2.compile(r"^\s*(?:\[?\w+\s?\d*\]?\s)?(?:WARNING|WARN|INFO|DEBUG)\b|^\[?[WI]\d{4}\b|"

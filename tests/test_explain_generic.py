@@ -68,6 +68,16 @@ def test_during_handling_chain_and_unknown_exception(tmp_path):
     assert any("ZeroDivisionError" in ln.text for ln in top.lines)
 
 
+@pytest.mark.parametrize("prefix", ["[rank3]: ", "ERROR 07-28 15:07:22 [core.py:632] ",
+                                    "(WorkerDict pid=7, ip=10.0.0.2) "])
+def test_frames_are_read_through_launcher_prefixes(tmp_path, prefix):
+    out = python_output("import torch\nfrom verl import DataProto\n"
+                        "DataProto.from_dict(tensors={'input_ids': torch.zeros(6, 4)}).chunk(4)\n", tmp_path)
+    top = explain_text("".join(prefix + ln + "\n" for ln in out.splitlines()))[0]
+    assert (top.rule, top.category) == ("generic-config-error", "config")  # raised in verl/protocol.py
+    assert any("verl/protocol.py" in ln.text for ln in top.lines)
+
+
 def test_a_logged_and_handled_traceback_is_not_a_failure(tmp_path):
     # logging's prefix on the Traceback header: the program logged the traceback and went on
     logged = python_output(
