@@ -47,15 +47,15 @@ NEAR_RULE = 5              # a flagged line this close to a rule's line is part 
 _LEVEL = r"(?:(?P<lvl>ERROR|CRITICAL)\s[^\]]{0,80}\]\s*)?"
 EXC_LINE = re2.compile(
     r"^(?:\[(?:rank|default)\d+\]:\s*)?" + _LEVEL +
-    r"(?P<type>(?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|StopIteration))"
-    r"(?:\((?P<inner>[\w.]*)\))?(?::\s?(?P<msg>.*))?$")
+    r"(?P<type>(?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|StopIteration|"
+    r"gaierror|herror))(?:\((?P<inner>[\w.]*)\))?(?::\s?(?P<msg>.*))?$")
 # Prefilter forms: which lines are worth a look (exception lines; the rest come from the classes).
 # matching/explain.py's fallback lines flag "SomeError: message"; these add the exceptions Python
 # prints without a message (a bare `assert`), other endings, private types, Ray's wrapped ones.
 EXCEPTION_PATTERNS = (r"^\s*(?:[\w.]+\.)?(?:AssertionError|KeyboardInterrupt|MemoryError|StopIteration|"
                       r"NotImplementedError|RecursionError|SystemExit)\s*$",
                       r"\b[A-Z]\w*(?:Exit|Interrupt|Failure|Timeout)(?:\([\w.]*\))?: |\._[A-Z]\w*Error: |"
-                      r"\b[A-Z]\w*(?:Error|Exception)\([\w.]*\): ")
+                      r"\b[A-Z]\w*(?:Error|Exception)\([\w.]*\): |\bsocket\.(?:gaierror|herror): ")
 HEADER = re2.compile(r"Traceback \(most recent call last\):")
 # Searched, not anchored: torchrun's "[rank0]: " and vLLM's "ERROR <date> [file:line] " may precede.
 FRAME = re2.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)')
@@ -65,7 +65,7 @@ LOGGED = re2.compile(r"\b(?:ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL)\b")
 WARNING_LINE = re2.compile(r"^\s*(?:\[?\w+\s?\d*\]?\s)?(?:WARNING|WARN|INFO|DEBUG)\b|^\[?[WI]\d{4}\b|"
                            r"^\S+:\d+: \w*Warning: |\b(?:User|Future|Deprecation|Runtime|Resource)Warning\b")
 # The exception type of a raw line, found cheaply (no decoding, no prefix stripping)
-KEY_RX = re2.compile(rb"(?:^|[\s)\]:])((?:[A-Za-z_]\w*\.){0,6}_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout))"
+KEY_RX = re2.compile(rb"(?:^|[\s)\]:])((?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|gaierror|herror))"
                      rb"(?:\([\w.]*\))?(?::|\s*$)")
 MSG_PATH = re2.compile(r"""['"(](?P<path>/[^'")\s]+)""")
 

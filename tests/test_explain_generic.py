@@ -115,6 +115,10 @@ def test_warnings_are_not_failures(tmp_path):
     ("generic-data-schema.log", "data"), ("generic-config-error--2.log", "config"),
     ("generic-pip-resolution.log", "versions"), ("generic-killed-by-signal.log", "memory"),
     ("generic-cuda-error.log", "versions"), ("generic-nccl-error.log", "network"),
+    ("generic-version-mismatch.log", "versions"), ("generic-api-mismatch.log", "versions"),
+    ("generic-ray-cluster.log", "cluster"), ("generic-connection--2.log", "network"),
+    ("generic-path-permission.log", "workdir"), ("generic-native-crash--2.log", "other"),
+    ("generic-pip-resolution--3.log", "versions"),
 ])
 def test_generic_categories_follow_the_issue(fixture, category):
     assert explain_paths([str(FIX / fixture)])[0].category == category
