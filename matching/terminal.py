@@ -63,7 +63,8 @@ CHAIN = re2.compile(r"(?:During handling of the above exception, another excepti
                     r"The above exception was the direct cause of the following exception):")
 LOGGED = re2.compile(r"\b(?:ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL)\b")
 WARNING_LINE = re2.compile(r"^\s*(?:\[?\w+\s?\d*\]?\s)?(?:WARNING|WARN|INFO|DEBUG)\b|^\[?[WI]\d{4}\b|"
-                           r"^\S+:\d+: \w*Warning: |\b(?:User|Future|Deprecation|Runtime|Resource)Warning\b")
+                           r"^\S+:\d+: \w*Warning: |\b(?:User|Future|Deprecation|Runtime|Resource)Warning\b|"
+                           r"\bNCCL (?:INFO|WARN)\b|^.{0,80}?\[(?:INFO|WARNING|WARN|DEBUG|EVENT|TRACE)\]")
 # The exception type of a raw line, found cheaply (no decoding, no prefix stripping)
 KEY_RX = re2.compile(rb"(?:^|[\s)\]:])((?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|gaierror|herror))"
                      rb"(?:\([\w.]*\))?(?::|\s*$)")

@@ -291,3 +291,15 @@ def test_generic_loader_rejects_bad_classes(tmp_path, snippet, message):
     path.write_text(snippet)
     with pytest.raises(CatalogError, match=message):
         terminal.load_generic(path)
+
+
+@pytest.mark.parametrize("line", [
+    # NCCL's own INFO line of a healthy start (no network plugin installed): not a missing library
+    "testpc115159:2736635:2736635 [2] NCCL INFO NET/Plugin : dlerror=libnccl-net.so: cannot open shared "
+    "object file: No such file or directory No plugin found (libnccl-net.so), using internal implementation",
+    "(TaskRunner pid=42) step:3 - response_length/mean:107000 - decode_tokens: 207001",
+    "INFO 05-12 11:36:01 [launcher.py:80] Shutting down FastAPI HTTP server; worker exited with code -15",
+    "[2025-11-19 19:22:11] [WARNING] torch_npu: EZ9999: warmup op cache miss, compiling",
+])
+def test_healthy_noise_is_no_finding(line):
+    assert explain_text("step:1 - loss:0.5\n" + line + "\n") == []
