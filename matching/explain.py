@@ -494,6 +494,9 @@ class Scan:
                 (weak if rule.consequence else explained).update(self._lines_of_rule(i))
         if self.collector is None:
             return rank(found)
+        _demote(found, self.m.layer)
+        if any(not e.consequence for e in found):
+            return rank(found, self.m.layer)  # a rule names a cause: it ranks above the layer anyway
         verdicts = terminal.analyse(self.collector, explained, self.m.layer, frozenset(weak - explained))
         generic = [_generic_explanation(v, hits) for v, hits in verdicts]
         return rank(found + generic, self.m.layer)
@@ -589,14 +592,21 @@ def _anchor(e: Explanation) -> tuple[str, int]:
     return first.file or "", first.n
 
 
+def _demote(found: list[Explanation], layer: terminal.Generic | None) -> None:
+    """A rule finding whose evidence is only after-effects (a dead peer, a store waiting for
+    clients) is a consequence too, whatever its rule says."""
+    if layer is None:
+        return
+    for e in found:
+        if not e.generic and not e.consequence and e.lines and all(
+                terminal.is_consequence_line(ln.text, layer) for ln in e.lines):
+            e.consequence = True
+
+
 def rank(found: list[Explanation], layer: terminal.Generic | None = None) -> list[Explanation]:
     """Real causes first (rules by incident, then the generic layer's), then the consequences:
     the earliest incident first, the most specific rule first within it."""
-    if layer is not None:  # a rule whose evidence is only after-effects (a dead peer) is one too
-        for e in found:
-            if not e.generic and not e.consequence and e.lines and all(
-                    terminal.is_consequence_line(ln.text, layer) for ln in e.lines):
-                e.consequence = True
+    _demote(found, layer)
     real = sorted((e for e in found if not e.consequence and not e.generic), key=_anchor)
     generic = [e for e in found if e.generic]   # already in the layer's order
     after = sorted((e for e in found if e.consequence), key=lambda e: (-e.specificity, _anchor(e)))

@@ -263,51 +263,50 @@ class Collector:
         self.first: list[Raw] = []
         self.per_key: dict[str, list[Raw]] = {}
         self.last: deque[Raw] = deque(maxlen=LAST_EVENTS)
-        self.seen = 0
-        self._keys: dict[bytes, str | None] = {}
+        self._keys: dict[bytes, str | None] = {}   # line -> key: the cache
+        self._full: set[str] = set()               # keys whose first slots are taken
         self.progress: dict[str | None, int] = {}   # file -> last line showing the run went on
 
     def block(self, buf, cands: list[tuple[int, bytes, int]], name: str | None) -> None:
         """A block's flagged lines (start offset, the line's bytes, line number). Every one costs a
-        regex on its first bytes; only those kept (the first ones, the first of each exception type
-        or line class, the block's last ones) are copied with their context."""
-        tail_from = len(cands) - TAIL_PER_BLOCK
+        cached regex on its first bytes; only those kept (the first ones, the first of each
+        exception type or line class, the block's last ones) are copied with their context."""
+        tail_from, keys, full = len(cands) - TAIL_PER_BLOCK, self._keys, self._full
         for i, (ls, raw_line, n) in enumerate(cands):
-            if raw_line.rstrip().endswith(b"across cluster]"):
-                continue  # Ray's note that other workers printed the same line: seen already
-            key = self._key(raw_line)
-            if key is None:
+            key = keys.get(raw_line, self) if len(raw_line) <= 2048 else self
+            if key is self:
+                key = self._key(raw_line)
+            if key is None or (key in full and i < tail_from):
                 continue
-            self.seen += 1
             slot = self.per_key.get(key)
             if slot is None and len(self.per_key) < MAX_TYPES:
                 slot = self.per_key[key] = []
-            first = len(self.first) < FIRST_EVENTS
-            if first or (slot is not None and len(slot) < PER_TYPE) or i >= tail_from:
-                raw = Raw(n, name, bytes(buf[max(0, ls - CONTEXT_BYTES):ls]) + raw_line, key)
-                if first:
-                    self.first.append(raw)
-                elif slot is not None and len(slot) < PER_TYPE:
-                    slot.append(raw)
-                else:
-                    self.last.append(raw)
+            raw = Raw(n, name, bytes(buf[max(0, ls - CONTEXT_BYTES):ls]) + raw_line, key)
+            if len(self.first) < FIRST_EVENTS:
+                self.first.append(raw)
+            elif slot is not None and len(slot) < PER_TYPE:
+                slot.append(raw)
+            else:
+                self.last.append(raw)
+                full.add(key)
 
     def _key(self, raw_line: bytes) -> str | None:
-        """The exception type of a line, or the generic line pattern it matches; None: nothing.
-        Logs repeat their error lines (each worker, each retry): the answer is cached per line."""
+        """The exception type of a line, or the generic line pattern it matches; None: nothing
+        (and for Ray's note that other workers printed the same line: seen already). Logs repeat
+        their error lines (each worker, each retry): the answer is cached per line."""
         head = raw_line if len(raw_line) <= 2048 else raw_line[:1024] + b" ... " + raw_line[-1024:]
-        cached = self._keys.get(head, self)
-        if cached is not self:
-            return cached
-        m = KEY_RX.search(head)
-        if m:
-            key = m.group(1).rsplit(b".", 1)[-1].decode("ascii", "replace")
-        else:
-            hit = self.line_set.Match(head.decode("utf-8", "replace")) if self.line_set else []
-            key = f"line:{min(hit)}" if hit else None
+        key = None
+        if not raw_line.rstrip().endswith(b"across cluster]"):
+            m = KEY_RX.search(head)
+            if m:
+                key = m.group(1).rsplit(b".", 1)[-1].decode("ascii", "replace")
+            else:
+                hit = self.line_set.Match(head.decode("utf-8", "replace")) if self.line_set else []
+                key = f"line:{min(hit)}" if hit else None
         if len(self._keys) >= KEY_CACHE:
             self._keys.clear()
-        self._keys[head] = key
+        if len(raw_line) <= 2048:
+            self._keys[raw_line] = key
         return key
 
     def note_progress(self, name: str | None, n: int) -> None:
@@ -323,17 +322,30 @@ class Collector:
 # Parsing a traceback out of the context
 
 
-def _lines_of(raw: Raw, clean) -> list:
+class _Lines:
+    """The context's lines, cleaned only when looked at (a traceback is read from its end)."""
+
+    def __init__(self, raw: Raw, clean):
+        parts = raw.context.split(b"\n")
+        if len(parts) > 1 and len(raw.context) >= CONTEXT_BYTES:
+            parts = parts[1:]          # the first piece may be a cut line
+        self.parts, self.raw, self.clean = parts, raw, clean
+        self.done: dict[int, object] = {}
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def __getitem__(self, i: int):
+        ln = self.done.get(i)
+        if ln is None:
+            ln = self.done[i] = self.clean(self.parts[i])
+            ln.n, ln.file = self.raw.n - (len(self.parts) - 1 - i), self.raw.file
+        return ln
+
+
+def _lines_of(raw: Raw, clean) -> _Lines:
     """The cleaned lines of the context, the event's own line last, each with its number and file."""
-    parts = raw.context.split(b"\n")
-    if len(parts) > 1 and len(raw.context) >= CONTEXT_BYTES:
-        parts = parts[1:]          # the first piece may be a cut line
-    out = []
-    for i, part in enumerate(parts):
-        ln = clean(part)
-        ln.n, ln.file = raw.n - (len(parts) - 1 - i), raw.file
-        out.append(ln)
-    return out
+    return _Lines(raw, clean)
 
 
 def _traceback_above(lines: list, end: int, process) -> tuple[list, int]:
@@ -369,7 +381,7 @@ def _previous_in_chain(lines: list, header: int, process) -> int:
 def parse(raw: Raw, clean) -> Event | None:
     """The event of a flagged line: a plain line, or an exception with its traceback and chain."""
     lines = _lines_of(raw, clean)
-    me = lines[-1]
+    me = lines[len(lines) - 1]
     if WARNING_LINE.search(me.text):
         return None                                  # warnings are not failures
     ev = Event(me)
