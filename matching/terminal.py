@@ -297,8 +297,11 @@ class Collector:
         head = raw_line if len(raw_line) <= 2048 else raw_line[:1024] + b" ... " + raw_line[-1024:]
         key = None
         if not raw_line.rstrip().endswith(b"across cluster]"):
-            m = KEY_RX.search(head)
-            if m:
+            key = _plain_type(head)
+            m = None if key else KEY_RX.search(head)
+            if key:
+                pass
+            elif m:
                 key = m.group(1).rsplit(b".", 1)[-1].decode("ascii", "replace")
             else:
                 hit = self.line_set.Match(head.decode("utf-8", "replace")) if self.line_set else []
@@ -320,6 +323,24 @@ class Collector:
 
 # ------------------------------------------------------------------------------------------------
 # Parsing a traceback out of the context
+
+
+_ENDINGS = (b"Error", b"Exception", b"Exit", b"Interrupt", b"Failure", b"Timeout")
+
+
+def _plain_type(head: bytes) -> str | None:
+    """The common shape "pkg.TypeError: message" (after a Ray prefix) without a regex."""
+    if head.startswith(b"("):
+        head = head[head.find(b") ") + 2:]
+    colon = head.find(b": ", 0, 160)
+    if colon <= 0:
+        return None
+    dotted = head[:colon]
+    name = dotted.rsplit(b".", 1)[-1]
+    if name.endswith(_ENDINGS) and len(name) > 5 and dotted.replace(b".", b"").replace(b"_", b"").isalnum() \
+            and name.lstrip(b"_")[:1].isupper():
+        return name.decode("ascii", "replace")
+    return None
 
 
 class _Lines:
