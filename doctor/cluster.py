@@ -85,6 +85,49 @@ def expected_shape(ctx) -> tuple[int | None, int | None]:
         return None, None
 
 
+def _ports_settings() -> dict:
+    from knowledge import load_toml
+
+    t = load_toml("cluster_checklist.toml")["ports_test"]
+    return {"ports_sample": t["sample"], "ports_window": t["window_s"]}
+
+
+def job_facts(ctx) -> dict:
+    """What the checklist's checks need from the launch: trainer.device, the rollout engine and the
+    model's size in billions of parameters (from its config.json, else from its name, e.g. '32B')."""
+    import re
+
+    launch = ctx.launch
+    if launch is None:
+        return {}
+    cfg: dict = {}
+    if launch.is_verl:
+        try:
+            from checks.verl_config import effective_config
+
+            cfg = effective_config(launch)
+        except Exception:  # no snapshot for this verl: the launch's own values still count
+            cfg = {}
+
+    def value(key: str):
+        return launch.get(key) if launch.has(key) else cfg.get(key)
+
+    job = {"device": value("trainer.device"), "rollout": value("actor_rollout_ref.rollout.name")}
+    path = value("actor_rollout_ref.model.path")
+    if path:
+        from checks.memory import model_config
+        from checks.plan import model_shape
+
+        config, _ = model_config(str(path), ctx.cwd)
+        try:
+            job.update(params_b=round(model_shape(config).params / 1e9, 2), params_from="its config.json")
+        except Exception:  # no config here, or not a decoder config: the name may still say
+            m = re.search(r"(?i)(?<![\d.])(\d+(?:\.\d+)?)b(?![a-z])", os.path.basename(str(path).rstrip("/")))
+            if m:
+                job.update(params_b=float(m.group(1)), params_from=f"the model name {os.path.basename(str(path))}")
+    return job
+
+
 def probe_cluster(ctx, address: str | None, paths: list[str], keep_agents: bool = True) -> dict:
     """Run the fan-out in the target interpreter; its report, or DoctorError in one line."""
     from probes.cluster_collective import collective_bound
@@ -97,7 +140,7 @@ def probe_cluster(ctx, address: str | None, paths: list[str], keep_agents: bool 
         out = os.path.join(tmp, "report.json")
         req = {"address": address, "cwd": str(ctx.cwd), "python": ctx.python, "timeout": ctx.timeout,
                "deep": ctx.deep, "launch": _launch_json(ctx.launch), "paths": paths, "out": out,
-               "keep_agents": keep_agents}
+               "keep_agents": keep_agents, **_ports_settings()}
         env = dict(ctx.env)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         try:
@@ -153,7 +196,7 @@ def run_cluster_checks(ctx, address: str | None, only: set[str] | None, skip: se
     report = probe_cluster(ctx, address, list(paths), keep_agents)
     probe_s = time.perf_counter() - t0
     nnodes, gpus = expected_shape(ctx)
-    view = ClusterView(report, nnodes=nnodes, gpus_per_node=gpus, path_keys=paths)
+    view = ClusterView(report, nnodes=nnodes, gpus_per_node=gpus, path_keys=paths, job=job_facts(ctx))
     ctx.options["cluster_nodes"] = {n["label"]: n["facts"] for n in view.answered}  # for doctor report
     # The comparisons run one after another, in registration (report) order.
     results = run_each(select(all_checks("cluster"), only, skip), view, workers=1)

@@ -178,7 +178,10 @@ class Matcher:
         # what the rules (and the fallback) look for: bench/explain_speed.py gives grep these; the
         # generic layer's own lines are extra work of doctor's, not part of the comparison
         self.patterns = list(self.exprs)
-        self.cheap = self.fallback | {add(p) for p in (layer.line_patterns() if layer else ())}
+        used = {i for ids in self.rule_patterns for i in ids} | {
+            i for i in (*self.rule_near, *self.rule_requires) if i is not None}
+        layer_ids = {add(p) for p in (layer.line_patterns() if layer else ())}
+        self.cheap = self.fallback | (layer_ids - used)  # a rule's own pattern stays the rule's
 
         opts = re2.Options()
         opts.max_mem = 64 << 20  # room for the whole catalog's DFA, so RE2 never drops to its NFA

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import re2
 
+from knowledge.vocabulary import CATEGORIES
 from matching.catalog import CatalogError
 
 if sys.version_info >= (3, 11):
@@ -28,8 +29,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 GENERIC_FILE = Path(__file__).resolve().parents[1] / "knowledge" / "generic.toml"
-CATEGORIES = ("imports", "versions", "network", "workdir", "memory", "config", "data", "cluster",
-              "other")
 
 CONTEXT_BYTES = 12 << 10   # raw bytes kept before an event's line: its traceback
 FIRST_EVENTS = 64          # the first events of the log, kept whole

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import threading
+import time
 from pathlib import Path
 
 from probes.cluster_collective import collective
 from probes.cluster_link import link_test
 from probes.cluster_node import node_facts
+from probes.cluster_ports import ports_test
 
 CODE_ROOT = Path(__file__).resolve().parents[1]  # driver side: the doctor checkout running the check
 NAMESPACE = "doctor"  # Ray namespace of the agents (and of doctor's driver, which looks them up)
@@ -80,8 +83,19 @@ class NodeAgent:
         self.code_stamp = _loaded_code_stamp()  # the first call imports the code
         return {**answer, "agent_calls": self.calls}
 
-    def link(self, me: str, plan: dict, port: int, window: float) -> dict:
-        return link_test(me, plan, port, window)
+    def link(self, me: str, plan: dict, port: int, window: float, ports: dict | None = None) -> dict:
+        """The link test, and beside it (same window) the checklist's ports (probes/cluster_ports.py)."""
+        if not ports:
+            return link_test(me, plan, port, window)
+        got: dict = {}
+        th = threading.Thread(target=lambda: got.update(ports=ports_test(me, ports, window)), daemon=True)
+        th.start()
+        answer = link_test(me, plan, port, window)
+        th.join(window + 5)
+        return {**answer, "ports": got.get("ports") or {"error": "the ports test did not finish"}}
+
+    def clock(self) -> float:
+        return time.time()
 
     def collective(self, req: dict, rank: int, world: int, master: str, port: int, backend: str) -> dict:
         return collective(req, rank, world, master, port, backend)

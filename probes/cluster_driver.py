@@ -12,7 +12,9 @@ that does not answer in time is reported, never waited for. Three rounds, each b
 1. facts (probes/cluster_node.py): `probes.facts.gather_facts` on the node in its own environment,
    the fingerprints of the launch's model/data paths, verl's git state, the transports' addresses;
 2. link (probes/cluster_link.py): every node listens on the addresses Gloo/HCCL/NCCL would bind
-   there and connects to every other node's, on one agreed port;
+   there and connects to every other node's, on one agreed port; beside it (probes/cluster_ports.py)
+   a sample of every node's HCCL host port range, each way, and the head's Ray ports from every node;
+   then each node's clock against the driver's;
 3. (deep) collective (probes/cluster_collective.py): a Gloo all-reduce across all nodes in
    subprocesses of the target interpreter with each node's environment (and NCCL/HCCL where
    every node has devices).
@@ -31,12 +33,12 @@ import sys
 import time
 from collections import Counter
 
-from probes import cluster_agents, cluster_collective, cluster_link, cluster_node
+from probes import cluster_agents, cluster_collective, cluster_link, cluster_node, cluster_ports
 from probes.cluster_agents import CODE_ROOT, NAMESPACE, Agents, code_version, end_agents
 from probes.cluster_collective import collective_bound
 
 WORKER_START_S = 20.0  # starting a node's agent starts a Python worker there (seconds on a busy node)
-NODE_SIDE = (cluster_node, cluster_link, cluster_collective, cluster_agents)  # what the agents run on the nodes
+NODE_SIDE = (cluster_node, cluster_link, cluster_ports, cluster_collective, cluster_agents)  # what the agents run on the nodes
 
 
 class NoCluster(Exception):
@@ -74,7 +76,7 @@ def run(req: dict) -> dict:
         ray.cloudpickle.register_pickle_by_value(module)
     t0 = time.perf_counter()
     address = _reachable_gcs(req.get("address"), float(req["timeout"]))
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False, namespace=NAMESPACE)
+    ctx = ray.init(address=address, logging_level="ERROR", log_to_driver=False, namespace=NAMESPACE)
     connect_s = time.perf_counter() - t0
     all_nodes = ray.nodes()
     alive = [n for n in all_nodes if n.get("Alive")]
@@ -103,15 +105,76 @@ def run(req: dict) -> dict:
         counts = Counter((t, a) for addrs in plan.values() for t, a in addrs.items())
         plan = {nid: {t: a for t, a in addrs.items() if counts[(t, a)] == 1} for nid, addrs in plan.items()}
         port = random.randint(42000, 48000)
-        window = min(timeout, 5.0)
+        window = min(timeout, float(req.get("ports_window") or 5.0))
+        ray_ports = {"gcs": int(address.rpartition(":")[2]), "dashboard": _dashboard_port(ctx)}
+        jobs, samples = ports_jobs(nodes, ok_nodes, ray_ports, int(req.get("ports_sample") or 16))
         report["link"] = {"port": port, "by_node": agents.ask(
-            "link", {nid: (nid, plan, port, window) for nid in ok_nodes}, window + timeout)}
+            "link", {nid: (nid, plan, port, window, jobs[nid]) for nid in ok_nodes}, window + timeout)}
+        report["ports"] = {"ray": ray_ports, "hccl_host": samples, "window_s": window}
+        report["clock"] = _clock_round(agents, ok_nodes, timeout)
         if req.get("deep"):
             report["collective"] = _collective_round(agents, req, nodes, ok_nodes, timeout)
     report["agents"] = _agents_summary(nodes, keep=req.get("keep_agents", True))
     if not report["agents"]["kept"]:
         end_agents()
     return report
+
+
+def _dashboard_port(ctx) -> int | None:
+    url = getattr(ctx, "dashboard_url", None) or ""
+    tail = url.rpartition(":")[2]
+    return int(tail) if tail.isdigit() else None
+
+
+def ports_jobs(nodes: dict, ok_nodes: list[str], ray_ports: dict, sample: int) -> tuple[dict, dict]:
+    """Per node: the HCCL host ports it listens on (a sample of its HCCL_HOST_SOCKET_PORT_RANGE, on
+    its HCCL address), and what it connects to: every peer's sample, and the head's Ray ports."""
+    samples = {}
+    for nid in ok_nodes:
+        n = nodes[nid]
+        addr = ((n.get("links") or {}).get("hccl") or {}).get("address")
+        value = (n.get("env") or {}).get("HCCL_HOST_SOCKET_PORT_RANGE")
+        spans = cluster_ports.parse_port_list(value)[0] if value else None
+        if addr and spans and not addr.startswith("127."):
+            samples[nid] = {"address": addr, "ports": cluster_ports.sample_ports(spans, sample), "range": value}
+    head = next((nid for nid in ok_nodes if nodes[nid]["head"]), None)
+    jobs = {}
+    for nid in ok_nodes:
+        connect = [{"to": peer, "what": "hccl_host", "addr": s["address"], "port": p,
+                    "token": f"{peer}|{s['address']}:{p}"}
+                   for peer, s in samples.items() if peer != nid for p in s["ports"]]
+        if head and nid != head:
+            connect += [{"to": head, "what": what, "addr": nodes[head]["ip"], "port": p, "token": None}
+                        for what, p in ray_ports.items() if p]
+        mine = samples.get(nid)
+        listen = [[mine["address"], p, len(ok_nodes) - 1] for p in mine["ports"]] if mine else []
+        jobs[nid] = {"listen": listen, "connect": connect}
+    return jobs, samples
+
+
+def _clock_round(agents: Agents, node_ids: list[str], timeout: float, rounds: int = 3) -> dict:
+    """Each node's clock minus the driver's, from the exchange with the shortest round trip
+    (its half is the uncertainty)."""
+    import ray
+
+    best: dict = {}
+    for _ in range(rounds):
+        t0 = time.time()
+        refs = {agents.handles[nid].clock.remote(): nid for nid in node_ids}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=min(timeout, 5.0))
+            if not ready:
+                break
+            t1 = time.time()
+            try:
+                theirs = ray.get(ready[0])
+            except Exception:  # an agent lost meanwhile: no clock from that node
+                continue
+            nid, half = refs[ready[0]], (t1 - t0) / 2
+            if nid not in best or half < best[nid]["uncertainty_s"]:
+                best[nid] = {"offset_s": round(theirs - (t0 + t1) / 2, 4), "uncertainty_s": round(half, 4)}
+    return best
 
 
 def _facts_round(agents: Agents, req: dict, nodes: dict, timeout: float) -> dict:

@@ -47,15 +47,24 @@ def _connect(address: str, port: int, stop: float) -> dict:
     return {"ok": False, "error": last}
 
 
+def expected_accepts(me: str, plan: dict) -> dict[str, int]:
+    """Connections each of our addresses will get: one per peer and per transport both sides
+    have, summed over the transports that share the address (GLOO_SOCKET_IFNAME and
+    HCCL_SOCKET_IFNAME on one NIC give one listener two connections per peer)."""
+    counts: dict[str, int] = {}
+    for transport, addr in plan[me].items():
+        peers = sum(1 for peer, addrs in plan.items() if peer != me and transport in addrs)
+        counts[addr] = counts.get(addr, 0) + peers
+    return counts
+
+
 def link_test(me: str, plan: dict, port: int, window: float) -> dict:
     """Round 2 on one node: listen on our addresses, connect to every peer's, on one port."""
     stop = time.monotonic() + window
     mine = plan[me]
     listeners, threads, accepted, errors = [], [], {}, {}
-    for transport, addr in mine.items():
-        if addr in accepted or addr in errors:
-            continue
-        expected = sum(1 for peer, addrs in plan.items() if peer != me and transport in addrs)
+    expected = expected_accepts(me, plan)
+    for addr in dict.fromkeys(mine.values()):
         try:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -65,7 +74,7 @@ def link_test(me: str, plan: dict, port: int, window: float) -> dict:
             errors[addr] = f"cannot listen on {addr}:{port}: {exc.strerror or exc}"
             continue
         accepted[addr] = []
-        th = threading.Thread(target=_serve, args=(sock, f"{me}|{addr}".encode(), stop, expected,
+        th = threading.Thread(target=_serve, args=(sock, f"{me}|{addr}".encode(), stop, expected[addr],
                                                    accepted[addr]), daemon=True)
         th.start()
         listeners.append(sock)

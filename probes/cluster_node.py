@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -48,6 +49,59 @@ def node_environment() -> dict[str, str]:
         else:
             env.pop("PYTHONPATH")
     return dict(env)
+
+
+def _raylet():
+    try:
+        import psutil
+
+        return next((p for p in psutil.Process().parents() if p.name() == "raylet"), None)
+    except Exception:  # no psutil, no permission
+        return None
+
+
+def open_file_limit(pid: int) -> list[int | None] | None:
+    """[soft, hard] 'Max open files' of a process (None: unlimited), from /proc/<pid>/limits."""
+    try:
+        text = Path(f"/proc/{pid}/limits").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Max open files"):
+            return [None if v == "unlimited" else int(v) for v in line.split()[3:5]]
+    return None
+
+
+def raylet_facts() -> dict:
+    """This node's raylet: its pid, its open-file limit (every worker inherits it) and the ports
+    its command line names (Ray's own ports on this node)."""
+    raylet = _raylet()
+    if raylet is None:
+        return {}
+    ports: dict[str, int] = {}
+    try:
+        cmdline = raylet.cmdline()
+    except Exception:
+        cmdline = []
+    for arg in cmdline:
+        m = re.match(r"--(\w*port\w*)=(\d+)$", arg)
+        if m and int(m.group(2)):
+            ports[m.group(1)] = int(m.group(2))
+        m = re.match(r"--gcs[-_]address=.*:(\d+)$", arg)
+        if m:
+            ports["gcs"] = int(m.group(1))
+    return {"pid": raylet.pid, "nofile": open_file_limit(raylet.pid), "ports": ports}
+
+
+def sysctl_facts() -> dict:
+    """The kernel's ephemeral port range and reserved ports (per network namespace)."""
+    out = {}
+    for key in ("ip_local_port_range", "ip_local_reserved_ports"):
+        try:
+            out[key] = Path(f"/proc/sys/net/ipv4/{key}").read_text().split()
+        except OSError:
+            pass
+    return out
 
 
 def file_fingerprint(path: str) -> dict:
@@ -128,7 +182,7 @@ def _first_ipv4(ifaces: dict, name: str) -> str | None:
 
 
 def pick_address(transport: str, env: dict, ifaces: dict, hostname_addrs: list[str]) -> dict:
-    """The address a transport would bind on this node, and why (research/ascend.md 5.1)."""
+    """The address a transport would bind on this node, and why (each transport's own rule for choosing it)."""
     if transport == "gloo":
         var = env.get("GLOO_SOCKET_IFNAME")
         if var:  # exact interface names; the first one carries the connection test
@@ -186,8 +240,7 @@ def node_facts(req: dict, ray_node_ip: str) -> dict:
     cwd = req["cwd"]
     out: dict = {"hostname": socket.gethostname(), "ray_ip": ray_node_ip, "cwd_exists": os.path.isdir(cwd)}
     try:
-        from checks.context import CheckContext
-        from probes.facts import gather_facts
+        from probes.facts import Target, gather_facts
         from launch.script import Launch, Override
     except ImportError as exc:
         return {**out, "need_code": f"{type(exc).__name__}: {exc}"}
@@ -198,8 +251,7 @@ def node_facts(req: dict, ray_node_ip: str) -> dict:
                         module=lj.get("module"), entry=lj.get("entry"),
                         cwd=Path(lj["cwd"]) if lj.get("cwd") else None,
                         overrides=[Override(o["key"], o["value"], o["op"], o["text"]) for o in lj["overrides"]])
-    ctx = CheckContext(cwd=Path(cwd), python=req["python"], env=env, launch=launch,
-                       timeout=req["timeout"], deep=False)
+    ctx = Target(cwd=Path(cwd), python=req["python"], env=env, launch=launch, timeout=req["timeout"])
     try:
         facts = gather_facts(ctx)
     except Exception as exc:  # a fact gatherer bug on one node is that node's finding
@@ -216,7 +268,7 @@ def node_facts(req: dict, ray_node_ip: str) -> dict:
     comm = facts.get("comm_env") or {}
     links = {t: pick_address(t, comm, facts.get("interfaces") or {}, hostname_addrs) for t in transports(facts)}
     shown_env = {k: v for k, v in env.items() if not any(w in k.upper() for w in SECRET_WORDS)}
-    out.update(facts=facts, env=shown_env, git=git, links=links,
+    out.update(facts=facts, env=shown_env, git=git, links=links, raylet=raylet_facts(), sysctl=sysctl_facts(),
                fingerprints={p: path_fingerprint(p) for p in req.get("paths", [])},
                seconds=round(time.perf_counter() - t0, 3))
     return out

@@ -119,12 +119,15 @@ class NetnsCluster:
                 "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
     def argv(self, node: str, argv: list[str], env: dict[str, str] | None = None,
-             cwd: str | os.PathLike | None = None, binds: dict[str, str] | None = None) -> list[str]:
-        """`argv` as it runs on `node`: its namespace, hostname, bind mounts, cwd and env only."""
+             cwd: str | os.PathLike | None = None, binds: dict[str, str] | None = None,
+             setup: list[str] = ()) -> list[str]:
+        """`argv` as it runs on `node`: its namespace, hostname, bind mounts, cwd and env only;
+        `setup`: shell steps before it (a `ulimit`, device nodes in the node's own mount namespace)."""
         n = self.nodes[node]
         full = {**self.ray_env(), **(env or {})}
         steps = [f"hostname {n.hostname}"]
         steps += [f"mount --bind {shlex.quote(src)} {shlex.quote(dst)}" for dst, src in (binds or {}).items()]
+        steps += list(setup)
         if cwd:
             steps.append(f"cd {shlex.quote(str(cwd))}")
         assigns = " ".join(shlex.quote(f"{k}={v}") for k, v in full.items())
@@ -135,7 +138,7 @@ class NetnsCluster:
         return subprocess.run(self.argv(node, argv, **kw), capture_output=True, text=True, timeout=timeout)
 
     def start_ray(self, node: str, env: dict[str, str] | None = None, cwd=None,
-                  binds: dict[str, str] | None = None) -> None:
+                  binds: dict[str, str] | None = None, setup: list[str] = (), args: list[str] = ()) -> None:
         n = self.nodes[node]
         shutil.rmtree(n.temp_dir, ignore_errors=True)
         common = ["--node-ip-address", n.ip, "--num-cpus", "1", "--object-store-memory", str(80 * 2**20),
@@ -149,8 +152,8 @@ class NetnsCluster:
         health = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "2",
                   "RAY_health_check_timeout_ms": "500"}
         for attempt in (1, 2):  # Ray gives a node 30 s to register: a busy machine can miss that once
-            r = self.run(node, [ray, "start", *role, *common], env={**health, **(env or {})}, cwd=cwd,
-                         binds=binds, timeout=120)
+            r = self.run(node, [ray, "start", *role, *common, *args], env={**health, **(env or {})}, cwd=cwd,
+                         binds=binds, setup=setup, timeout=120)
             if r.returncode == 0:
                 return
             self.stop_node(node)
@@ -202,9 +205,11 @@ class NetnsCluster:
 
 
 @contextmanager
-def running_cluster(base: Path, tag: str, env: dict[str, str] | None = None, prepare=None):
-    """Namespaces up, `prepare(cluster)` (extra interfaces ...), Ray on A then B with `env`;
-    everything torn down on the way out, also after a failure."""
+def running_cluster(base: Path, tag: str, env: dict[str, str] | None = None, prepare=None,
+                    setup: list[str] = ()):
+    """Namespaces up, `prepare(cluster)` (extra interfaces ...), Ray on A then B with `env` (and the
+    shell steps `setup` before each `ray start`); everything torn down on the way out, also after a
+    failure."""
     reason = netns_unavailable_reason()
     if reason:
         pytest.skip(f"two-host tests need network namespaces: {reason}")
@@ -213,8 +218,8 @@ def running_cluster(base: Path, tag: str, env: dict[str, str] | None = None, pre
         cluster.create()
         if prepare is not None:
             prepare(cluster)
-        cluster.start_ray("a", env=env)
-        cluster.start_ray("b", env=env)
+        cluster.start_ray("a", env=env, setup=setup)
+        cluster.start_ray("b", env=env, setup=setup)
         cluster.wait_nodes(2)
         yield cluster
     finally:

@@ -169,6 +169,23 @@ def test_link_round_on_loopback_connects_and_checks_identity():
     assert {r["to"] for r in bad} == {"n2", "n3"} and "refused" in bad[0]["error"]
 
 
+def test_link_test_serves_two_transports_on_one_address():
+    """GLOO_SOCKET_IFNAME and HCCL_SOCKET_IFNAME naming the same NIC (the seed article's 3.3): one
+    listener per address must take both transports' connections from every peer."""
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    plan = {"n1": {"gloo": "127.0.0.2", "hccl": "127.0.0.2"},
+            "n2": {"gloo": "127.0.0.3", "hccl": "127.0.0.3"},
+            "n3": {"gloo": "127.0.0.5", "hccl": "127.0.0.5", "nccl": "127.0.0.5"}}
+    port = random.randint(42000, 48000)
+    with ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(lambda me: link_test(me, plan, port, 5.0), plan))
+    results = [r for a in answers for r in a["results"]]
+    assert len(results) == 2 * 2 * 3  # every ordered pair, over gloo and hccl (nccl: n3 only)
+    assert [r for r in results if not r["ok"]] == []
+
+
 def test_fingerprint_tells_same_size_files_apart(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     for d, last in ((one, b"\x00"), (two, b"\x01")):
@@ -224,3 +241,147 @@ def test_interpreter_without_ray_is_one_line_exit_2(doctor, tmp_path):
     r = doctor("check", "--cluster", "127.0.0.1:9", "--python", str(tmp_path / "env" / "bin" / "python"))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "cannot import ray" in r.stderr and "--python" in r.stderr
+
+
+# --- verl's multi-machine checklist on planted reports (what namespaces cannot plant: clocks,
+# ranges against Ray's own ports, model sizes) -----------------------------------------------
+
+from checks.cluster_checklist import hccl_port_ranges, hccl_timeouts, open_files  # noqa: E402
+from checks.cluster_runtime import clocks_agree, npu_resources  # noqa: E402
+
+
+def _npu_pair(facts, change=None, **kw):
+    def npu(n):
+        n["facts"]["devices"]["davinci"] = 8
+        n["resources"]["NPU"] = 8.0
+        n["env"] = {"HCCL_CONNECT_TIMEOUT": "3600", "HCCL_EXEC_TIMEOUT": "3600",
+                    "HCCL_HOST_SOCKET_PORT_RANGE": "60000-60050"}
+        n["raylet"] = {"pid": 1, "nofile": [65536, 65536], "ports": {"min_worker_port": 10002, "max_worker_port": 19999}}
+        n["sysctl"] = {"ip_local_port_range": ["32768", "60999"], "ip_local_reserved_ports": ["60000-61050"]}
+
+    def both(b):
+        npu(b)
+        if change:
+            change(b)
+
+    view = _pair(facts, both, nnodes=2, gpus_per_node=8, **kw)
+    npu(view.reference)
+    return view
+
+
+def test_checklist_passes_a_clean_npu_pair(facts):
+    view = _npu_pair(facts)
+    for fn in (hccl_timeouts, hccl_port_ranges, open_files, npu_resources):
+        assert fn(view) == [], fn.__name__
+
+
+def test_hccl_timeout_below_what_a_32b_model_calls_for(facts):
+    view = _npu_pair(facts, lambda b: b["env"].update(HCCL_CONNECT_TIMEOUT="1800"),
+                     job={"params_b": 32.0, "params_from": "the model name Qwen2.5-32B"})
+    (f,) = hccl_timeouts(view)[:1]
+    assert (f.status, f.node) == ("fail", "host-b")
+    assert f.title == "HCCL_CONNECT_TIMEOUT on host-b is 1800 s, below 3600 s for this job"
+    assert "export HCCL_CONNECT_TIMEOUT=3600" in f.fix
+    assert any(g.title == "HCCL_CONNECT_TIMEOUT differs on host-b" for g in hccl_timeouts(view))
+    bad = _npu_pair(facts, lambda b: b["env"].update(HCCL_CONNECT_TIMEOUT="60"))
+    assert any("HCCL_CONNECT_TIMEOUT=60 on host-b is not valid" == g.title for g in hccl_timeouts(bad))
+
+
+def test_hccl_port_range_syntax_size_and_ray_overlap(facts):
+    def planted(b):
+        b["env"]["HCCL_HOST_SOCKET_PORT_RANGE"] = "15000-15003"  # 4 ports, inside Ray's worker ports
+        b["env"]["HCCL_NPU_SOCKET_PORT_RANGE"] = "61000-61050,61040"  # overlapping items
+
+    titles = {f.title: f for f in hccl_port_ranges(_npu_pair(facts, planted))}
+    assert "HCCL_HOST_SOCKET_PORT_RANGE on host-b holds 4 ports, 8 ranks need 8" in titles
+    assert "HCCL_HOST_SOCKET_PORT_RANGE on host-b overlaps Ray's ports" in titles
+    assert "HCCL_NPU_SOCKET_PORT_RANGE=61000-61050,61040 on host-b is not valid" in titles
+    assert all(f.node == "host-b" for f in titles.values())
+
+
+def test_hccl_range_in_the_unreserved_ephemeral_range_warns(facts):
+    view = _npu_pair(facts, lambda b: b["sysctl"].update(ip_local_reserved_ports=[]))
+    (f,) = hccl_port_ranges(view)
+    assert (f.status, f.node) == ("warn", "host-b")
+    assert "ip_local_reserved_ports=60000-60050" in f.fix
+
+
+def test_raylet_open_file_limit(facts):
+    (f,) = open_files(_npu_pair(facts, lambda b: b["raylet"].update(nofile=[1024, 1024])))
+    assert (f.status, f.node, f.evidence["soft"]) == ("fail", "host-b", 1024)
+    (w,) = open_files(_npu_pair(facts, lambda b: b["raylet"].update(nofile=[20000, 20000])))
+    assert w.status == "warn"  # above Ray's 8192, below verl's 32768 for an NPU job
+
+
+def test_npus_without_an_npu_resource(facts):
+    def no_npu(b):
+        b["resources"].pop("NPU")
+
+    (f,) = npu_resources(_npu_pair(facts, no_npu))
+    assert f.title == "Ray has no NPU resource on host-b, which has 8 NPUs"
+    assert f.fix == "on host-b: ray start --address=10.0.0.1:6379 --node-ip-address=10.0.0.2 --resources='{\"NPU\": 8}'"
+    assert devices_match(_npu_pair(facts, no_npu)) == []  # one finding for one fact
+    (both,) = npu_resources(_npu_pair(facts, lambda b: b["resources"].update(GPU=8.0)))
+    assert both.title == "Ray counts the 8 NPUs of host-b as 8 GPUs as well as 8 NPUs"
+
+
+def test_clock_skew_between_nodes(facts):
+    def skewed(offset):
+        view = _pair(facts)
+        view.report["clock"] = {"host-a-id-0000": {"offset_s": 0.001, "uncertainty_s": 0.002},
+                                "host-b-id-0000": {"offset_s": offset, "uncertainty_s": 0.002}}
+        return clocks_agree(view)
+
+    assert skewed(0.3) == []
+    (w,) = skewed(-4.0)
+    assert (w.status, w.node) == ("warn", "host-b") and "behind" in w.message
+    (f,) = skewed(900.0)
+    assert f.status == "fail" and "ahead of" in f.message
+
+
+def test_ports_round_on_loopback_names_taken_ports_and_leaves_them_bindable():
+    """Two 'nodes' on loopback addresses: one port of B's sample held by another listener; the
+    others answer each way, and right after the test HCCL can bind them without SO_REUSEADDR."""
+    import random
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+
+    from probes.cluster_ports import ports_test
+
+    base = random.randint(42000, 47000)
+    ports = [base, base + 1, base + 2]
+    holder = socket.socket()
+    holder.bind(("127.0.0.3", ports[2]))
+    holder.listen()
+
+    def job(me, addr, peer, peer_addr):
+        return {"listen": [[addr, p, 1] for p in ports],
+                "connect": [{"to": peer, "what": "hccl_host", "addr": peer_addr, "port": p,
+                             "token": f"{peer}|{peer_addr}:{p}"} for p in ports]}
+
+    jobs = {"a": job("a", "127.0.0.2", "b", "127.0.0.3"), "b": job("b", "127.0.0.3", "a", "127.0.0.2")}
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(lambda me: ports_test(me, jobs[me], 3.0), ["a", "b"])
+    holder.close()
+    assert list(b["listen_errors"]) == [f"127.0.0.3:{ports[2]}"] and "taken by" in b["listen_errors"][f"127.0.0.3:{ports[2]}"]
+    assert [r["ok"] for r in a["results"]] == [True, True, False]  # the third reached the holder
+    assert all(r["ok"] for r in b["results"])
+    for addr in ("127.0.0.2", "127.0.0.3"):
+        for p in ports[:2]:
+            s = socket.socket()  # no SO_REUSEADDR, as a rank may bind it
+            s.bind((addr, p))
+            s.close()
+
+
+def test_checklist_checks_have_their_page_and_name_real_explain_rules():
+    from matching.catalog import load_rules
+
+    ids = {r.id for r in load_rules()}
+    new = [c for c in all_checks("cluster") if c.fn.__module__ in ("checks.cluster_checklist", "checks.cluster_runtime")]
+    assert len(new) == 7
+    for c in new:
+        doc = c.fn.__doc__ or ""
+        for section in ("What it checks:", "How the job fails without it:", "Fix:", "After the fact:"):
+            assert section in doc, (c.id, section)
+        named = [r.strip() for r in doc.split("After the fact:")[1].strip().split(",")]
+        assert named and all(r in ids for r in named), (c.id, named)
