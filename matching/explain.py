@@ -11,6 +11,8 @@ How a log is read (constant memory, any size):
   3. At the end each rule's `near` / `requires` conditions are checked and the hits are ranked:
      real causes before consequences, the earliest incident first, the most specific rule first
      within an incident (see knowledge/rules/README.md).
+  4. Under the rules, the generic layer (matching/terminal.py) classifies the run's terminal
+     failure that no rule names, from the error-like lines the prefilter flagged (bounded).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from typing import BinaryIO, Iterable
 
 import re2
 
+from matching import terminal
 from matching.catalog import Rule, catalog
 from matching.prefilter import make_prefilter
 
@@ -99,6 +102,7 @@ class Explanation:
     consequence: bool = False
     specificity: int = 1
     subsumed_by: str | None = None  # a higher-ranked finding that claims the same line
+    generic: bool = False           # from the generic layer (matching/terminal.py), not a rule
 
     def to_dict(self) -> dict:
         return {"rule": self.rule, "category": self.category, "title": self.title,
@@ -117,6 +121,7 @@ class Report:
     bytes_read: int = 0
     lines_read: int = 0
     truncated: bool = False    # a gzip stream ended early: we explained what was there
+    gzip_error: str | None = None  # why it ended early (corrupt data, a missing end)
 
     def to_dict(self) -> dict:
         out = {"schema": SCHEMA, "source": ", ".join(self.sources),
@@ -153,29 +158,38 @@ def _block_form(pattern: str) -> str:
 class Matcher:
     """The catalog compiled once: a block prefilter and an exact per-line RE2 set."""
 
-    def __init__(self, rules: Iterable[Rule]):
+    def __init__(self, rules: Iterable[Rule], layer: terminal.Generic | None = None):
         self.rules = list(rules)
-        self.patterns: list[str] = []           # unique patterns; index = Set index
+        self.layer = layer          # the generic layer under the rules (None: rules only)
+        self.exprs: list[str] = []              # unique patterns; index = Set index
         index: dict[str, int] = {}
 
         def add(p: str) -> int:
             if p not in index:
-                index[p] = len(self.patterns)
-                self.patterns.append(p)
+                index[p] = len(self.exprs)
+                self.exprs.append(p)
             return index[p]
 
         self.rule_patterns = [[add(p) for p in r.patterns] for r in self.rules]
         self.rule_near = [add(r.near.pattern) if r.near else None for r in self.rules]
         self.rule_requires = [add(r.requires) if r.requires else None for r in self.rules]
         self.fallback = {add(p) for p in FALLBACK_PATTERNS}
+        # the generic layer's lines: like the fallback ones, they cost no rule evaluation
+        # what the rules (and the fallback) look for: bench/explain_speed.py gives grep these; the
+        # generic layer's own lines are extra work of doctor's, not part of the comparison
+        self.patterns = list(self.exprs)
+        used = {i for ids in self.rule_patterns for i in ids} | {
+            i for i in (*self.rule_near, *self.rule_requires) if i is not None}
+        layer_ids = {add(p) for p in (layer.line_patterns() if layer else ())}
+        self.cheap = self.fallback | (layer_ids - used)  # a rule's own pattern stays the rule's
 
         opts = re2.Options()
         opts.max_mem = 64 << 20  # room for the whole catalog's DFA, so RE2 never drops to its NFA
         self.line_set = re2.Set.SearchSet(opts)
-        for p in self.patterns:
+        for p in self.exprs:
             self.line_set.Add(p)
         self.line_set.Compile()
-        self.prefilter = make_prefilter([_block_form(p) for p in self.patterns])
+        self.prefilter = make_prefilter([_block_form(p) for p in self.exprs])
 
 
 _MATCHER: Matcher | None = None
@@ -184,7 +198,7 @@ _MATCHER: Matcher | None = None
 def default_matcher() -> Matcher:
     global _MATCHER
     if _MATCHER is None:
-        _MATCHER = Matcher(catalog())
+        _MATCHER = Matcher(catalog(), terminal.generic())
     return _MATCHER
 
 
@@ -280,6 +294,26 @@ class GzipStream(io.RawIOBase):
         super().close()
 
 
+def clip_line(buf, ls: int, le: int, hit: int) -> bytes:
+    """A line's bytes; a very long one keeps its head (the prefixes), the hit and its tail (where
+    a message printed after a long dump ends), so it still matches."""
+    if le - ls <= MAX_LINE_BYTES:
+        return bytes(buf[ls:le])
+    head, tail = ls + 4096, le - 16384
+    parts = [bytes(buf[ls:head])]
+    if head < hit - 4096 and hit + 4096 < tail:
+        parts.append(bytes(buf[hit - 4096:hit + 4096]))
+    parts.append(bytes(buf[tail:le]))
+    return b" ... ".join(parts)
+
+
+def shorten(text: str) -> str:
+    """The text we print: a long line shows its start and its end."""
+    if len(text) <= MAX_TEXT:
+        return text
+    return text[:MAX_TEXT // 2] + " ... " + text[-MAX_TEXT // 2:]
+
+
 class _Hits:
     """First and last hits of one pattern, and how many there were."""
     __slots__ = ("first", "last", "count")
@@ -310,7 +344,9 @@ class Scan:
         self.bytes_read = 0
         self.lines_read = 0
         self.truncated = False
+        self.gzip_error: str | None = None
         self.display: str | None = None
+        self.collector = terminal.Collector(clean_line, matcher.layer) if matcher.layer else None
 
     def feed_stream(self, stream: BinaryIO, name: str | None = None, display: str | None = None) -> None:
         """Scan a binary stream in blocks; only prefilter candidates cost Python work."""
@@ -353,10 +389,11 @@ class Scan:
         except (EOFError, zlib.error) as exc:
             if not self.bytes_read:
                 raise LogReadError(f"{self.display or 'log'}: not a readable gzip file ({exc})") from None
-            self.truncated = True
+            self.truncated, self.gzip_error = True, f"corrupt data ({exc})"
             return 0
         if not got and getattr(stream, "truncated", False):
             self.truncated = True
+            self.gzip_error = self.gzip_error or "the compressed stream ends before its end marker"
         self.bytes_read += got
         return got
 
@@ -365,7 +402,8 @@ class Scan:
         counted_pos, counted = 0, line_base
         line_end = -1
         cands = self.m.prefilter.candidates(view[:end])
-        fallback = self.m.fallback
+        cheap = self.m.cheap
+        flagged: list[tuple[int, bytes, int]] = []   # error-like lines, for the generic layer
         i, n_cands = 0, len(cands)
         while i < n_cands:
             pos, pid = cands[i]
@@ -376,26 +414,47 @@ class Scan:
             line_end = buf.find(b"\n", pos, end)
             if line_end < 0:
                 line_end = end
-            only_fallback = pid in fallback
+            only_cheap = pid in cheap
             while i < n_cands and cands[i][0] <= line_end:  # the other hits on this line
-                only_fallback = only_fallback and cands[i][1] in fallback
+                only_cheap = only_cheap and cands[i][1] in cheap
                 i += 1
             counted += buf.count(b"\n", counted_pos, ls)
             counted_pos = ls
-            if only_fallback:  # needed only if nothing else matches: keep the raw bytes, cheaply
-                self.fallback_raw.append((counted + 1, name, bytes(buf[ls:min(line_end, ls + MAX_LINE_BYTES)])))
-            else:
-                self._line(buf, ls, line_end, pos, counted + 1, name)
-        return counted - line_base + buf.count(b"\n", counted_pos, end)
+            raw = clip_line(buf, ls, line_end, pos)
+            if only_cheap:  # needed only if no rule matches: keep the raw bytes, cheaply
+                self.fallback_raw.append((counted + 1, name, raw))
+                flagged.append((ls, raw, counted + 1))
+            elif self._line(raw, counted + 1, name):
+                flagged.append((ls, raw, counted + 1))
+        newlines = counted - line_base + buf.count(b"\n", counted_pos, end)
+        if self.collector is not None:
+            self.collector.block(buf, flagged, name)
+            self._progress(buf, end, line_base + newlines, name)
+        return newlines
 
-    def _line(self, buf, ls: int, le: int, hit: int, n: int, name: str | None) -> None:
-        if le - ls > MAX_LINE_BYTES:  # a very long line: the start (for the prefix) + the hit
-            raw = bytes(buf[ls:ls + 256] + b" ... " + buf[max(ls + 256, hit - 4096):min(hit + 4096, le)])
-        else:
-            raw = bytes(buf[ls:le])
+    def _progress(self, buf, end: int, lines_at_end: int, name: str | None) -> None:
+        """The block's last line that shows the run went on (a logged training step): one reverse
+        literal search per block, not per line."""
+        for literal, pattern in self.m.layer.progress:
+            lit, stop = literal.encode(), end
+            for _ in range(4):
+                pos = buf.rfind(lit, 0, stop)
+                if pos < 0:
+                    break
+                ls = buf.rfind(b"\n", 0, pos) + 1
+                le = buf.find(b"\n", pos, end)
+                if terminal._rx(pattern).search(clean_line(bytes(buf[ls:le if le >= 0 else end][:4096])).text):
+                    self.collector.note_progress(name, lines_at_end - buf.count(b"\n", ls, end) + 1)
+                    break
+                stop = pos
+
+    def _line(self, raw: bytes, n: int, name: str | None) -> bool:
+        """Match a candidate line exactly; true when it is error-like (for the generic layer)."""
         line = self._match(raw, n, name)
         if line is not None and line.fallback:
             self.fallback_raw.append((n, name, raw))
+            return True
+        return False
 
     def _match(self, raw: bytes, n: int, name: str | None) -> Line | None:
         """Record which patterns the cleaned line matches; None when it matches none."""
@@ -404,10 +463,9 @@ class Scan:
         if not matched:
             return None
         line.n, line.file = n, name
-        if len(line.text) > MAX_TEXT:
-            line.text = line.text[:MAX_TEXT] + " ..."
+        line.text = shorten(line.text)
         for idx in matched:
-            if idx in self.m.fallback:
+            if idx in self.m.cheap:
                 line.fallback = True
                 continue
             hits = self.hits.get(idx)
@@ -423,8 +481,7 @@ class Scan:
             line = clean_line(raw)
             if self.m.line_set.Match(line.text):
                 line.n, line.file = n, name
-                if len(line.text) > MAX_TEXT:
-                    line.text = line.text[:MAX_TEXT] + " ..."
+                line.text = shorten(line.text)
                 out.append(line)
         return out
 
@@ -432,12 +489,29 @@ class Scan:
     # Verdict
 
     def findings(self) -> list[Explanation]:
-        found = []
+        found, explained, weak = [], set(), set()
         for i, rule in enumerate(self.m.rules):
             exp = self._evaluate(i, rule)
             if exp is not None:
                 found.append(exp)
-        return rank(found)
+                (weak if rule.consequence else explained).update(self._lines_of_rule(i))
+        if self.collector is None:
+            return rank(found)
+        _demote(found, self.m.layer)
+        if any(not e.consequence for e in found):
+            return rank(found, self.m.layer)  # a rule names a cause: it ranks above the layer anyway
+        verdicts = terminal.analyse(self.collector, explained, self.m.layer, frozenset(weak - explained))
+        generic = [_generic_explanation(v, hits) for v, hits in verdicts]
+        return rank(found + generic, self.m.layer)
+
+    def _lines_of_rule(self, i: int) -> set[tuple[str, int]]:
+        """Every kept line a rule's patterns hit: the generic layer leaves them to the rule."""
+        out = set()
+        for idx in self.m.rule_patterns[i]:
+            h = self.hits.get(idx)
+            if h:
+                out.update((ln.file or "", ln.n) for ln in h.all())
+        return out
 
     def _evaluate(self, i: int, rule: Rule) -> Explanation | None:
         req = self.m.rule_requires[i]
@@ -488,7 +562,22 @@ class Scan:
         shown = ranked if all else [f for f in ranked if f.subsumed_by is None]
         look_at = [] if shown else self.fallback_lines()[-FALLBACK_KEEP:]
         return Report(sources, shown, look_at, self.bytes_read,
-                      self.lines_read, self.truncated)
+                      self.lines_read, self.truncated, self.gzip_error)
+
+
+def _generic_explanation(v: terminal.Verdict, hits: int) -> Explanation:
+    """A finding of the generic layer: its class's id, cause and fix, the family member's meaning."""
+    c = v.cls
+    title, cause = c.title, c.cause
+    if v.member:
+        title = f"{c.title}: {v.code.strip()} ({v.member.meaning})"
+        cause = f"{v.member.meaning}.\n{c.cause}"
+    lines = terminal.evidence(v)
+    for ln in lines:
+        ln.text = shorten(ln.text)
+    return Explanation(rule=c.id, category=v.category, title=title, cause=cause, fix=c.fix,
+                       confidence=c.confidence, phase=None, lines=lines,
+                       references=list(c.references), hits=hits, specificity=0, generic=True)
 
 
 def _confidence(rule: Rule) -> float:
@@ -506,9 +595,23 @@ def _anchor(e: Explanation) -> tuple[str, int]:
     return first.file or "", first.n
 
 
-def rank(found: list[Explanation]) -> list[Explanation]:
-    """Real causes first, earliest incident first, the most specific rule first within it."""
-    real = sorted((e for e in found if not e.consequence), key=_anchor)
+def _demote(found: list[Explanation], layer: terminal.Generic | None) -> None:
+    """A rule finding whose evidence is only after-effects (a dead peer, a store waiting for
+    clients) is a consequence too, whatever its rule says."""
+    if layer is None:
+        return
+    for e in found:
+        if not e.generic and not e.consequence and e.lines and all(
+                terminal.is_consequence_line(ln.text, layer) for ln in e.lines):
+            e.consequence = True
+
+
+def rank(found: list[Explanation], layer: terminal.Generic | None = None) -> list[Explanation]:
+    """Real causes first (rules by incident, then the generic layer's), then the consequences:
+    the earliest incident first, the most specific rule first within it."""
+    _demote(found, layer)
+    real = sorted((e for e in found if not e.consequence and not e.generic), key=_anchor)
+    generic = [e for e in found if e.generic]   # already in the layer's order
     after = sorted((e for e in found if e.consequence), key=lambda e: (-e.specificity, _anchor(e)))
     incidents: list[list[Explanation]] = []
     for e in real:
@@ -518,7 +621,7 @@ def rank(found: list[Explanation]) -> list[Explanation]:
         else:
             incidents.append([e])
     ordered = [e for inc in incidents for e in sorted(inc, key=lambda e: (-e.specificity, _anchor(e)))]
-    ordered += after
+    ordered += generic + after
     claimed: dict[tuple, str] = {}
     for e in ordered:  # a lower-ranked rule whose evidence a higher one already explains
         keys = {(ln.file or "", ln.n) for ln in e.lines}

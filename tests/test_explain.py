@@ -51,8 +51,10 @@ def test_cli_human_output_shows_evidence_line_numbers_and_fix():
 def test_cli_nothing_known_exits_1_and_shows_where_to_look(tmp_path):
     jsonschema = pytest.importorskip("jsonschema")
     log = tmp_path / "odd.log"
-    log.write_text("step:1 - loss:0.3\nTraceback (most recent call last):\n"
-                   '  File "x.py", line 1, in <module>\nZeroDivisionError: division by zero\n')
+    # a handled exception, logged (logging's prefix on the header only), and the run went on
+    log.write_text("step:1 - loss:0.3\nERROR:2026-01-01 10:00:00,000:Traceback (most recent call last):\n"
+                   '  File "x.py", line 1, in <module>\nZeroDivisionError: division by zero\n'
+                   "step:2 - loss:0.2\n")
     r = run_doctor("explain", "--json", str(log))
     assert r.returncode == 1, r.stderr
     doc = json.loads(r.stdout)
@@ -240,7 +242,7 @@ def test_prefilter_engines_agree_on_every_fixture(monkeypatch):
     pytest.importorskip("hyperscan")
     fast = ex.default_matcher()
     monkeypatch.setenv("DOCTOR_PREFILTER", "re2")
-    slow = Matcher(catalog())
+    slow = Matcher(catalog(), ex.terminal.generic())
     assert type(fast.prefilter).__name__ == "HyperscanPrefilter"
     assert type(slow.prefilter).__name__ == "Re2Prefilter"
     for path in sorted(FIX.glob("*.log")):

@@ -23,6 +23,17 @@ def _catalog():
         raise DoctorError(f"rule catalog: {exc}") from None
 
 
+def _generic():
+    """The generic layer's classes (knowledge/generic.toml)."""
+    from matching.catalog import CatalogError
+    from matching.terminal import generic
+
+    try:
+        return generic()
+    except CatalogError as exc:
+        raise DoctorError(f"generic classes: {exc}") from None
+
+
 def _where(line) -> str:
     place = f"{line.file}:" if line.file else ""
     who = ", ".join(x for x in (line.node, line.process) if x)
@@ -50,7 +61,9 @@ def _human(report, show_all: bool) -> None:
     colour = CATEGORY_COLOURS.get(top.category, "white")
     head = click.style(f"[{top.category}]", fg=colour, bold=True)
     phase = f" (phase: {top.phase})" if top.phase else ""
-    click.echo(f"{head} {click.style(top.title, bold=True)}{phase}  {click.style(top.rule, dim=True)}")
+    layer = f"  (no rule names it; generic class, confidence {top.confidence})" if top.generic else ""
+    click.echo(f"{head} {click.style(top.title, bold=True)}{phase}  {click.style(top.rule, dim=True)}"
+               + click.style(layer, dim=True))
     for line in top.lines:
         click.echo(f"  {click.style(_where(line), dim=True)}: {line.to_dict()['text']}")
     _echo_block("cause:", top.cause)
@@ -62,8 +75,6 @@ def _human(report, show_all: bool) -> None:
             tag = " [consequence]" if f.consequence else ""
             tag += f" [same line as {f.subsumed_by}]" if f.subsumed_by else ""
             click.echo(f"  - {f.rule}: {f.title} (line {_where(f.lines[0])}){tag}")
-    if report.truncated:
-        click.echo(click.style("note: the compressed log ended early; explained what was there.", dim=True))
 
 
 @click.command("explain")
@@ -86,10 +97,15 @@ def explain(logs, as_json, show_all, list_rules):
     _catalog()
     from matching.explain import LogReadError, explain_report
 
+    _generic()
     try:
         report = explain_report(list(logs), all=show_all)
     except LogReadError as exc:
         raise DoctorError(str(exc)) from None
+    if report.truncated:  # a half-read log would make a silent, partial answer
+        raise DoctorError(f"{', '.join(report.sources)}: not a readable gzip file: {report.gzip_error} "
+                          f"after {report.lines_read} lines; `gzip -dc LOG | doctor explain -` "
+                          f"explains the part that is there")
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
@@ -98,14 +114,18 @@ def explain(logs, as_json, show_all, list_rules):
 
 
 def _list(as_json: bool) -> None:
-    rules = _catalog()
+    rules, classes = _catalog(), _generic().classes
     if as_json:
-        click.echo(json.dumps([r.to_dict() for r in rules], indent=2))
+        click.echo(json.dumps([r.to_dict() for r in rules] + [c.to_dict() for c in classes], indent=2))
         return
-    width = max(len(r.id) for r in rules)
+    width = max(len(r.id) for r in (*rules, *classes))
     for r in sorted(rules, key=lambda r: (r.category, r.id)):
         click.echo(f"{r.id:<{width}}  {r.category:<8}  {','.join(r.platforms):<7}  {r.title}")
-    click.echo(f"\n{len(rules)} rules. Details: doctor rules ID")
+    click.echo("\nThe generic layer (when no rule matches; lower confidence):")
+    for c in classes:
+        cat = "family" if c.members else c.category
+        click.echo(f"{c.id:<{width}}  {cat:<8}  {'any':<7}  {c.title}")
+    click.echo(f"\n{len(rules)} rules, {len(classes)} generic classes. Details: doctor rules ID")
 
 
 @click.command("rules")
@@ -123,6 +143,8 @@ def rules(rule_id, as_json):
             _list_checks()
         return 0
     rule = next((r for r in _catalog() if r.id == rule_id), None)
+    if rule is None and _generic().by_id(rule_id):
+        return _generic_page(_generic().by_id(rule_id), as_json)
     if rule is None:
         check = _check(rule_id)
         if check is None:
@@ -152,6 +174,41 @@ def rules(rule_id, as_json):
     click.echo(textwrap.dedent(rule.fix).strip())
     click.echo("\n## References\n")
     for ref in rule.references:
+        click.echo(f"- {ref}")
+    return 0
+
+
+def _generic_page(c, as_json: bool) -> int:
+    """The page of a generic class: what it classifies, and for a family what each code means."""
+    if as_json:
+        click.echo(json.dumps(c.to_dict(), indent=2))
+        return 0
+    click.echo(f"# {c.title} ({c.id})\n")
+    cat = "per code, see below" if c.members else c.category
+    click.echo(f"Category: {cat}. The generic layer: used when no rule matches the failure; "
+               f"confidence {c.confidence}.\n")
+    click.echo("## What it matches\n")
+    if c.exceptions:
+        kinds = "any exception" if "*" in c.exceptions else ", ".join(c.exceptions)
+        click.echo(f"  The run's {'last ' if c.terminal else ''}exception: {kinds}")
+    for label, value in (("  its message matches", c.words), ("  raised in (innermost frames)", c.raised_in),
+                         ("  not raised in", c.not_in)):
+        if value:
+            click.echo(f"{label}:\n\n    {value}\n")
+    if c.lines:
+        click.echo("  A line matching:\n")
+        for p in c.lines:
+            click.echo(f"    {p}")
+    if c.members:
+        click.echo(f"\n## The codes\n\n  code pattern: {c.pattern}\n")
+        for m in c.members:
+            click.echo(f"  {m.match:<28} {m.category:<8} {m.meaning}")
+    click.echo("\n## Why it happens\n")
+    click.echo(textwrap.dedent(c.cause).strip())
+    click.echo("\n## How to fix it\n")
+    click.echo(textwrap.dedent(c.fix).strip())
+    click.echo("\n## References\n")
+    for ref in c.references:
         click.echo(f"- {ref}")
     return 0
 

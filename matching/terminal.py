@@ -1,0 +1,580 @@
+"""The generic layer of `doctor explain`: the terminal failure that no rule names.
+
+The rules (knowledge/rules/) know particular failures by their words. Under them, this layer finds
+how the run ended - the last Python exception with its `During handling` / `direct cause` chain, an
+error line of pip, CANN, NCCL or CUDA, a non-zero exit or a kill by signal - and classifies it by the
+exception's type, the module that raised it (the innermost frames) and its words, with the classes
+of knowledge/generic.toml. Its findings carry a lower confidence than a rule's.
+
+It stays off the hot path: the scanner (matching/explain.py) hands it only the lines its prefilter
+flagged as error-like, with the raw bytes before each (the traceback), and only a bounded number of
+them: the first ones of the log, the first ones of each exception type, and the last ones.
+"""
+from __future__ import annotations
+
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import re2
+
+from knowledge.vocabulary import CATEGORIES
+from matching.catalog import CatalogError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+GENERIC_FILE = Path(__file__).resolve().parents[1] / "knowledge" / "generic.toml"
+
+CONTEXT_BYTES = 12 << 10   # raw bytes kept before an event's line: its traceback
+FIRST_EVENTS = 64          # the first events of the log, kept whole
+PER_TYPE = 2               # and the first events of each exception type / line class
+MAX_TYPES = 64
+LAST_EVENTS = 16           # and the last ones
+TAIL_PER_BLOCK = 32        # after the first ones, a block's last candidates only
+KEY_CACHE = 4096           # distinct flagged lines whose key is remembered
+FRAMES_SHOWN = 1           # innermost frames shown as evidence
+MAX_FINDINGS = 3
+NEAR_RULE = 5              # a flagged line this close to a rule's line is part of that report
+
+# An exception line: the type (dotted, ending like an exception), an optional wrapped type, the message.
+# vLLM prefixes every line of a logged traceback with "ERROR <date> [file:line] "; torchrun with "[rankN]: ".
+_LEVEL = r"(?:(?P<lvl>ERROR|CRITICAL)\s[^\]]{0,80}\]\s*)?"
+EXC_LINE = re2.compile(
+    r"^(?:\[(?:rank|default)\d+\]:\s*)?" + _LEVEL +
+    r"(?P<type>(?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|StopIteration|"
+    r"gaierror|herror))(?:\((?P<inner>[\w.]*)\))?(?::\s?(?P<msg>.*))?$")
+# Prefilter forms: which lines are worth a look (exception lines; the rest come from the classes).
+# matching/explain.py's fallback lines flag "SomeError: message"; these add the exceptions Python
+# prints without a message (a bare `assert`), other endings, private types, Ray's wrapped ones.
+EXCEPTION_PATTERNS = (r"^\s*(?:[\w.]+\.)?(?:AssertionError|KeyboardInterrupt|MemoryError|StopIteration|"
+                      r"NotImplementedError|RecursionError|SystemExit)\s*$",
+                      r"\b[A-Z]\w*(?:Exit|Interrupt|Failure|Timeout)(?:\([\w.]*\))?: |\._[A-Z]\w*Error: |"
+                      r"\b[A-Z]\w*(?:Error|Exception)\([\w.]*\): |\bsocket\.(?:gaierror|herror): ")
+HEADER = re2.compile(r"Traceback \(most recent call last\):")
+# Searched, not anchored: torchrun's "[rank0]: " and vLLM's "ERROR <date> [file:line] " may precede.
+FRAME = re2.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)')
+CHAIN = re2.compile(r"(?:During handling of the above exception, another exception occurred|"
+                    r"The above exception was the direct cause of the following exception):")
+LOGGED = re2.compile(r"\b(?:ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL)\b")
+WARNING_LINE = re2.compile(r"^\s*(?:\[?\w+\s?\d*\]?\s)?(?:WARNING|WARN|INFO|DEBUG)\b|^\[?[WI]\d{4}\b|"
+                           r"^\S+:\d+: \w*Warning: |\b(?:User|Future|Deprecation|Runtime|Resource)Warning\b|"
+                           r"\bNCCL (?:INFO|WARN)\b|^.{0,80}?\[(?:INFO|WARNING|WARN|DEBUG|EVENT|TRACE)\]")
+# The exception type of a raw line, found cheaply (no decoding, no prefix stripping)
+KEY_RX = re2.compile(rb"(?:^|[\s)\]:])((?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|gaierror|herror))"
+                     rb"(?:\([\w.]*\))?(?::|\s*$)")
+MSG_PATH = re2.compile(r"""['"(](?P<path>/[^'")\s]+)""")
+
+
+class GenericError(CatalogError):
+    """knowledge/generic.toml cannot be used; the message names the class."""
+
+
+# ------------------------------------------------------------------------------------------------
+# The classes
+
+
+@dataclass(frozen=True)
+class Member:
+    match: str
+    meaning: str
+    category: str
+
+
+@dataclass(frozen=True)
+class GClass:
+    id: str
+    category: str
+    title: str
+    cause: str
+    fix: str
+    confidence: float
+    references: tuple[str, ...]
+    exceptions: tuple[str, ...] = ()
+    lines: tuple[str, ...] = ()
+    words: str | None = None
+    raised_in: str | None = None
+    not_in: str | None = None
+    terminal: bool = False
+    alone: bool = False                   # only when the log shows nothing but consequences
+    pattern: str | None = None            # a family: the code's pattern, with a `code` group
+    members: tuple[Member, ...] = ()
+
+    def to_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in ("id", "category", "title", "cause", "fix", "confidence",
+                                             "words", "raised_in", "not_in", "terminal", "pattern")}
+        out.update(exceptions=list(self.exceptions), lines=list(self.lines),
+                   references=list(self.references), layer="generic",
+                   members=[vars(m) for m in self.members])
+        return out
+
+
+@dataclass(frozen=True)
+class Generic:
+    classes: tuple[GClass, ...]
+    consequences: tuple[str, ...]
+    progress: tuple[tuple[str, str], ...]   # (literal, pattern)
+
+    def by_id(self, cid: str) -> GClass | None:
+        return next((c for c in self.classes if c.id == cid), None)
+
+    def line_patterns(self) -> list[str]:
+        """What the scanner's prefilter must flag for this layer."""
+        return list(EXCEPTION_PATTERNS) + [p for c in self.classes for p in c.lines]
+
+
+_CLASS_KEYS = {"id", "category", "title", "cause", "fix", "confidence", "references", "exceptions",
+               "lines", "words", "raised_in", "not_in", "terminal", "alone"}
+_FAMILY_KEYS = {"id", "title", "cause", "fix", "confidence", "references", "lines", "pattern", "members"}
+
+
+def _regex(value, where: str) -> str:
+    try:
+        re2.compile(value)
+    except (re2.error, TypeError) as exc:
+        raise GenericError(f"{where}: {value!r} is not valid RE2: {exc}") from None
+    return value
+
+
+def _make_class(t: dict, family: bool) -> GClass:
+    where = f"generic.toml: {t.get('id', '?')!r}"
+    allowed = _FAMILY_KEYS if family else _CLASS_KEYS
+    if set(t) - allowed:
+        raise GenericError(f"{where}: unknown field {sorted(set(t) - allowed)[0]!r}")
+    for key in ("id", "title", "cause", "fix", "references", "confidence") + (() if family else ("category",)):
+        if key not in t:
+            raise GenericError(f"{where}: missing field {key!r}")
+    if not family and t["category"] not in CATEGORIES:
+        raise GenericError(f"{where}: unknown category {t['category']!r}")
+    if not 0 < t["confidence"] < 0.6:
+        raise GenericError(f"{where}: confidence must be below a rule's (0 < c < 0.6)")
+    members = tuple(Member(_regex(m["match"], where), m["meaning"], m["category"])
+                    for m in t.get("members", ()))
+    if any(m.category not in CATEGORIES for m in members):
+        raise GenericError(f"{where}: a member has an unknown category")
+    for key in ("words", "raised_in", "not_in", "pattern"):
+        if t.get(key) is not None:
+            _regex(t[key], where)
+    lines = tuple(_regex(p, where) for p in t.get("lines", ()))
+    if not (lines or t.get("exceptions")):
+        raise GenericError(f"{where}: give exceptions or lines")
+    return GClass(id=t["id"], category=t.get("category", "other"), title=t["title"].strip(),
+                  cause=t["cause"].strip(), fix=t["fix"].strip(), confidence=float(t["confidence"]),
+                  references=tuple(t["references"]), exceptions=tuple(t.get("exceptions", ())),
+                  lines=lines, words=t.get("words"), raised_in=t.get("raised_in"),
+                  not_in=t.get("not_in"), terminal=bool(t.get("terminal", False)),
+                  alone=bool(t.get("alone", False)),
+                  pattern=t.get("pattern"), members=members)
+
+
+def load_generic(path: Path | str | None = None) -> Generic:
+    try:
+        with open(path or GENERIC_FILE, "rb") as fh:
+            doc = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise GenericError(f"generic.toml: not valid TOML: {exc}") from None
+    classes = [_make_class(t, False) for t in doc.get("class", [])]
+    classes[-1:-1] = [_make_class(t, True) for t in doc.get("family", [])]  # before the catch-all
+    ids = [c.id for c in classes]
+    if len(set(ids)) != len(ids):
+        raise GenericError("generic.toml: duplicate class id")
+    cons = tuple(_regex(p, "generic.toml: consequences") for p in doc.get("consequences", {}).get("patterns", ()))
+    prog = tuple((p["literal"], _regex(p["pattern"], "generic.toml: progress"))
+                 for p in doc.get("progress", {}).get("markers", ()))
+    return Generic(tuple(classes), cons, prog)
+
+
+@lru_cache(maxsize=1)
+def generic() -> Generic:
+    return load_generic()
+
+
+@lru_cache(maxsize=256)
+def _rx(pattern: str):
+    return re2.compile(pattern)
+
+
+@lru_cache(maxsize=4)
+def _line_set(g: Generic):
+    """One RE2 set of every class's line patterns: which class a plain line may belong to."""
+    patterns = [p for c in g.classes for p in c.lines]
+    if not patterns:
+        return None
+    s = re2.Set.SearchSet(re2.Options())
+    for p in patterns:
+        s.Add(p)
+    s.Compile()
+    return s
+
+
+# ------------------------------------------------------------------------------------------------
+# Events: what the scanner hands over
+
+
+@dataclass
+class Raw:
+    """A flagged line and the raw bytes before it, as the scanner saw them."""
+    n: int
+    file: str | None
+    context: bytes      # bytes before the line (up to CONTEXT_BYTES), then the line itself
+    key: str            # the exception type or 'line'
+
+
+@dataclass
+class Exc:
+    """One exception of a chain: its line, type, message and innermost frames."""
+    line: object                 # explain.Line
+    type: str
+    msg: str
+    frames: list = field(default_factory=list)  # [(Line, path, func)], outermost first
+
+    @property
+    def n(self) -> int:
+        return self.line.n
+
+    @property
+    def text(self) -> str:
+        return self.line.text
+
+
+@dataclass
+class Event:
+    line: object                 # explain.Line of the flagged line
+    chain: list[Exc] = field(default_factory=list)   # earliest (the cause) first; empty: a plain line
+    handled: bool = False
+    header: bool = False         # a Traceback header was found above it
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.line.file or "", self.line.n
+
+
+class Collector:
+    """Bounded intake of flagged lines (first ones, first per type, last ones)."""
+
+    def __init__(self, clean, layer: "Generic | None" = None):
+        self.clean = clean                     # explain.clean_line
+        self.line_set = _line_set(layer or generic())
+        self.first: list[Raw] = []
+        self.per_key: dict[str, list[Raw]] = {}
+        self.last: deque[Raw] = deque(maxlen=LAST_EVENTS)
+        self._keys: dict[bytes, str | None] = {}   # line -> key: the cache
+        self._full: set[str] = set()               # keys whose first slots are taken
+        self.progress: dict[str | None, int] = {}   # file -> last line showing the run went on
+
+    def block(self, buf, cands: list[tuple[int, bytes, int]], name: str | None) -> None:
+        """A block's flagged lines (start offset, the line's bytes, line number). Every one costs a
+        cached regex on its first bytes; only those kept (the first ones, the first of each
+        exception type or line class, the block's last ones) are copied with their context."""
+        tail_from, keys, full = len(cands) - TAIL_PER_BLOCK, self._keys, self._full
+        for i, (ls, raw_line, n) in enumerate(cands):
+            key = keys.get(raw_line, self) if len(raw_line) <= 2048 else self
+            if key is self:
+                key = self._key(raw_line)
+            if key is None or (key in full and i < tail_from):
+                continue
+            slot = self.per_key.get(key)
+            if slot is None and len(self.per_key) < MAX_TYPES:
+                slot = self.per_key[key] = []
+            raw = Raw(n, name, bytes(buf[max(0, ls - CONTEXT_BYTES):ls]) + raw_line, key)
+            if len(self.first) < FIRST_EVENTS:
+                self.first.append(raw)
+            elif slot is not None and len(slot) < PER_TYPE:
+                slot.append(raw)
+            else:
+                self.last.append(raw)
+                full.add(key)
+
+    def _key(self, raw_line: bytes) -> str | None:
+        """The exception type of a line, or the generic line pattern it matches; None: nothing
+        (and for Ray's note that other workers printed the same line: seen already). Logs repeat
+        their error lines (each worker, each retry): the answer is cached per line."""
+        head = raw_line if len(raw_line) <= 2048 else raw_line[:1024] + b" ... " + raw_line[-1024:]
+        key = None
+        if not raw_line.rstrip().endswith(b"across cluster]"):
+            key = _plain_type(head)
+            m = None if key else KEY_RX.search(head)
+            if key:
+                pass
+            elif m:
+                key = m.group(1).rsplit(b".", 1)[-1].decode("ascii", "replace")
+            else:
+                hit = self.line_set.Match(head.decode("utf-8", "replace")) if self.line_set else []
+                key = f"line:{min(hit)}" if hit else None
+        if len(self._keys) >= KEY_CACHE:
+            self._keys.clear()
+        if len(raw_line) <= 2048:
+            self._keys[raw_line] = key
+        return key
+
+    def note_progress(self, name: str | None, n: int) -> None:
+        self.progress[name] = max(n, self.progress.get(name, 0))
+
+    def raws(self) -> list[Raw]:
+        allr = self.first + [r for s in self.per_key.values() for r in s] + list(self.last)
+        uniq = {(r.file or "", r.n): r for r in allr}
+        return [uniq[k] for k in sorted(uniq)]
+
+
+# ------------------------------------------------------------------------------------------------
+# Parsing a traceback out of the context
+
+
+_ENDINGS = (b"Error", b"Exception", b"Exit", b"Interrupt", b"Failure", b"Timeout")
+
+
+def _plain_type(head: bytes) -> str | None:
+    """The common shape "pkg.TypeError: message" (after a Ray prefix) without a regex."""
+    if head.startswith(b"("):
+        head = head[head.find(b") ") + 2:]
+    colon = head.find(b": ", 0, 160)
+    if colon <= 0:
+        return None
+    dotted = head[:colon]
+    name = dotted.rsplit(b".", 1)[-1]
+    if name.endswith(_ENDINGS) and len(name) > 5 and dotted.replace(b".", b"").replace(b"_", b"").isalnum() \
+            and name.lstrip(b"_")[:1].isupper():
+        return name.decode("ascii", "replace")
+    return None
+
+
+class _Lines:
+    """The context's lines, cleaned only when looked at (a traceback is read from its end)."""
+
+    def __init__(self, raw: Raw, clean):
+        parts = raw.context.split(b"\n")
+        if len(parts) > 1 and len(raw.context) >= CONTEXT_BYTES:
+            parts = parts[1:]          # the first piece may be a cut line
+        self.parts, self.raw, self.clean = parts, raw, clean
+        self.done: dict[int, object] = {}
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def __getitem__(self, i: int):
+        ln = self.done.get(i)
+        if ln is None:
+            ln = self.done[i] = self.clean(self.parts[i])
+            ln.n, ln.file = self.raw.n - (len(self.parts) - 1 - i), self.raw.file
+        return ln
+
+
+def _lines_of(raw: Raw, clean) -> _Lines:
+    """The cleaned lines of the context, the event's own line last, each with its number and file."""
+    return _Lines(raw, clean)
+
+
+def _traceback_above(lines: list, end: int, process) -> tuple[list, int]:
+    """Frames above lines[end] of the same process, up to its Traceback header: (frames, header index)."""
+    frames = []
+    for i in range(end - 1, max(-1, end - 400), -1):
+        ln = lines[i]
+        if ln.process != process:
+            continue
+        m = FRAME.search(ln.text)
+        if m:
+            frames.append((ln, m.group("path"), m.group("func")))
+        elif HEADER.search(ln.text):
+            return frames[::-1], i
+        elif CHAIN.search(ln.text.strip()) or (not frames and EXC_LINE.search(ln.text)):
+            break      # no header of its own: a message printed without a traceback
+    return frames[::-1], -1
+
+
+def _previous_in_chain(lines: list, header: int, process) -> int:
+    """Index of the exception line that the chain marker above `header` points back to, or -1."""
+    i = header - 1
+    while i >= 0 and (lines[i].process != process or not lines[i].text.strip()):
+        i -= 1
+    if i < 0 or not CHAIN.search(lines[i].text.strip()):
+        return -1
+    for j in range(i - 1, max(-1, i - 60), -1):
+        if lines[j].process == process and EXC_LINE.search(lines[j].text):
+            return j
+    return -1
+
+
+def parse(raw: Raw, clean) -> Event | None:
+    """The event of a flagged line: a plain line, or an exception with its traceback and chain."""
+    lines = _lines_of(raw, clean)
+    me = lines[len(lines) - 1]
+    if WARNING_LINE.search(me.text):
+        return None                                  # warnings are not failures
+    ev = Event(me)
+    end, m = len(lines) - 1, EXC_LINE.search(me.text)
+    if not m:
+        return ev
+    last_lvl, first_header = m.group("lvl"), None
+    for _ in range(4):  # this exception, then up to 3 earlier ones of its chain
+        frames, header = _traceback_above(lines, end, me.process)
+        ev.chain.insert(0, Exc(lines[end], m.group("type"), m.group("msg") or "", frames))
+        if header >= 0 and first_header is None:
+            first_header = lines[header].text
+        prev = _previous_in_chain(lines, header, me.process) if header >= 0 else -1
+        if prev < 0:
+            break
+        end, m = prev, EXC_LINE.search(lines[prev].text)
+    ev.header = first_header is not None
+    # logging's prefix on the header only (logger.exception): logged, and the program went on
+    before = (first_header or "").split("Traceback")[0]
+    ev.handled = bool(first_header) and bool(LOGGED.search(before)) and not last_lvl
+    return ev
+
+
+# ------------------------------------------------------------------------------------------------
+# Classifying
+
+
+def _where(exc: Exc) -> list[str]:
+    """Where it was raised: the innermost frames' paths, and a path the message names."""
+    paths = [p for _, p, _ in exc.frames[-3:]]
+    mp = MSG_PATH.search(exc.msg)
+    if mp:
+        paths.append(mp.group("path"))
+    return paths
+
+
+def _class_matches(c: GClass, exc: Exc | None, text: str) -> bool:
+    if any(_rx(p).search(text) for p in c.lines):
+        return True
+    if exc is None or not c.exceptions:
+        return False
+    base = exc.type.rsplit(".", 1)[-1]
+    if "*" not in c.exceptions and base not in c.exceptions:
+        return False
+    if c.words and not _rx(c.words).search(exc.msg or exc.text):
+        return False
+    paths = _where(exc)
+    if c.raised_in and not any(_rx(c.raised_in).search(p) for p in paths):
+        return False
+    return not (c.not_in and any(_rx(c.not_in).search(p) for p in paths))
+
+
+def _member_of(c: GClass, text: str) -> Member | None:
+    """A family: the member whose range the code in the line falls in."""
+    if not any(_rx(p).search(text) for p in c.lines):
+        return None
+    m = _rx(c.pattern).search(text)
+    if not m:
+        return None
+    d = m.groupdict()
+    code = (d.get("code") or d.get("text") or m.group(0)).strip()
+    return next((mb for mb in c.members if _rx(mb.match).search(code)), None)
+
+
+@dataclass
+class Verdict:
+    cls: GClass
+    event: Event
+    exc: Exc | None
+    member: Member | None = None
+    code: str = ""
+
+    @property
+    def category(self) -> str:
+        return self.member.category if self.member else self.cls.category
+
+
+def classify(ev: Event, g: Generic, final: bool, weak: frozenset = frozenset()) -> Verdict | None:
+    """The class of an event: for a chain, its earliest member a specific class knows (the cause).
+    Members a consequence rule already names (`weak`) or consequence words are skipped."""
+    excs = ev.chain or [None]
+    for exc in excs:
+        text = exc.text if exc else ev.line.text
+        if _consequence(g, text) or (exc and ((exc.line.file or ""), exc.n) in weak):
+            continue
+        for c in g.classes:
+            if c.alone or (c.terminal and not (final and ev.header and exc is excs[-1])):
+                continue
+            if c.members:
+                fm = _member_of(c, text)
+                if fm:
+                    return Verdict(c, ev, exc, fm, _rx(c.pattern).search(text).group(0))
+            elif _class_matches(c, exc, text):
+                return Verdict(c, ev, exc)
+    return None
+
+
+def _consequence(g: Generic, text: str) -> bool:
+    return any(_rx(p).search(text) for p in g.consequences)
+
+
+def is_consequence_line(text: str, g: Generic | None = None) -> bool:
+    return _consequence(g or generic(), text)
+
+
+# ------------------------------------------------------------------------------------------------
+# The verdict of the layer
+
+
+def events(col: Collector) -> list[Event]:
+    """Every kept event, parsed; an exception that is an earlier member of a later chain is folded."""
+    evs = [e for e in (parse(r, col.clean) for r in col.raws()) if e is not None]
+    inner = {(e.line.file or "", x.n) for e in evs for x in e.chain[:-1]}
+    return [e for e in evs if e.key not in inner]
+
+
+def _live(e: Event, col: Collector, explained: set, weak: frozenset = frozenset()) -> bool:
+    """Not explained by a rule (a line of its chain, or a line printed right beside a rule's: the
+    same report; a plain line any rule claims), not handled, not followed by training progress."""
+    f = e.line.file or ""
+    keys = {(f, e.line.n + d) for d in range(-NEAR_RULE, NEAR_RULE + 1)} | {(f, x.n) for x in e.chain}
+    if keys & (explained if e.chain else explained | weak) or e.handled:
+        return False
+    return col.progress.get(e.line.file, 0) < e.line.n
+
+
+def analyse(col: Collector, explained: set, g: Generic | None = None, weak: frozenset = frozenset()):
+    """The layer's findings, the cause first: specific classes by position, then the terminal one.
+    `explained`: lines a rule that names a cause claims; `weak`: lines only a consequence rule
+    claims (a chain through them may still show its cause)."""
+    g = g or generic()
+    evs = events(col)
+    last = {}
+    for e in evs:
+        if e.chain:
+            last[e.line.file] = e            # each file's last exception: its terminal failure
+    verdicts, seen = [], {}
+    for e in evs:
+        if not _live(e, col, explained, weak):
+            continue
+        v = classify(e, g, final=last.get(e.line.file) is e, weak=weak)
+        if v is None:
+            continue
+        key = (v.cls.id, v.member.meaning if v.member else "")
+        if key in seen:
+            seen[key][1] += 1
+            continue
+        seen[key] = [v, 1]
+        verdicts.append(v)
+    if not verdicts:
+        verdicts = _consequences_alone(evs, col, explained | weak, g)
+        seen = {(v.cls.id, ""): [v, 1] for v in verdicts}
+    verdicts.sort(key=lambda v: (v.cls.terminal, v.event.key))
+    return [(v, seen[(v.cls.id, v.member.meaning if v.member else "")][1]) for v in verdicts][:MAX_FINDINGS]
+
+
+def _consequences_alone(evs: list[Event], col: Collector, claimed: set, g: Generic) -> list[Verdict]:
+    """Nothing but consequences: the first one, so that a failed run is never "nothing matched"."""
+    alone = next((c for c in g.classes if c.alone), None)
+    for e in evs if alone else ():
+        if _live(e, col, claimed):
+            exc = next((x for x in e.chain if _consequence(g, x.text)), None)
+            if exc or (not e.chain and _consequence(g, e.line.text)):
+                return [Verdict(alone, e, exc)]
+    return []
+
+
+def evidence(v: Verdict) -> list:
+    """Lines to show: the cause's line and its innermost frame, and the chain's last line."""
+    ev = v.event
+    if v.exc is None:
+        return [ev.line]
+    out = [f[0] for f in v.exc.frames[-FRAMES_SHOWN:]] + [v.exc.line]
+    if ev.chain and ev.chain[-1] is not v.exc:
+        out.append(ev.chain[-1].line)
+    return sorted({ln.n: ln for ln in out}.values(), key=lambda ln: ln.n)

@@ -1,0 +1,314 @@
+"""The generic layer under the rules (matching/terminal.py, knowledge/generic.toml), cause over
+consequence across nodes, and bad input (a corrupt or truncated .gz, a 10 MB line).
+
+Failures are produced for real where they can be: a real interpreter raising a real chained
+exception, logging's own output of a handled one, a real gzip file cut or damaged.
+"""
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+import time
+
+import pytest
+
+from matching import terminal
+from matching.catalog import CatalogError
+from matching.explain import Matcher, explain_paths, explain_report, explain_text
+
+from .conftest import ROOT, run_doctor
+
+FIX = ROOT / "tests" / "fixtures" / "explain"
+
+
+def body(name: str) -> str:
+    return (FIX / name).read_text().split("\n", 1)[1]
+
+
+def python_output(code: str, tmp_path, name="job.py") -> str:
+    """What a real interpreter prints running `code` (stdout and stderr, as a log has them)."""
+    script = tmp_path / name
+    script.write_text(code)
+    r = subprocess.run([sys.executable, "-u", str(script)], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=60)
+    return r.stdout
+
+
+def layer_alone() -> Matcher:
+    """The generic layer without the rules: what it finds by itself (rules written later may name
+    the same failures first)."""
+    return Matcher([], terminal.generic())
+
+
+def with_ray_prefix(text: str, who: str) -> str:
+    return "".join(f"({who}) {ln}\n" for ln in text.splitlines())
+
+
+# ---------------------------------------------------------------------------------------------
+# Classification
+
+
+def test_chain_names_its_innermost_cause(tmp_path):
+    # torch_npu's shape: a backend that cannot load its library, re-raised as a RuntimeError
+    out = python_output(
+        "import ctypes\n"
+        "try:\n    ctypes.CDLL('libhccl_doctor_test.so')\n"
+        "except OSError as exc:\n    raise RuntimeError('Failed to load the backend extension: torch_npu') from exc\n",
+        tmp_path)
+    assert "direct cause" in out
+    top = explain_text(out)[0]  # a rule or the layer: the cause, not the consequence rule on the end
+    assert top.category == "versions" and top.rule != "torch-npu-autoload-failed"
+    assert any("libhccl_doctor_test.so: cannot open shared object file" in ln.text for ln in top.lines)
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category, top.generic) == ("generic-shared-library-missing", "versions", True)
+    assert any("libhccl_doctor_test.so: cannot open shared object file" in ln.text for ln in top.lines)
+    assert any("RuntimeError: Failed to load" in ln.text for ln in top.lines)  # the chain's end too
+
+
+def test_during_handling_chain_and_unknown_exception(tmp_path):
+    out = python_output(
+        "try:\n    {}['reward']\nexcept KeyError:\n    1 / 0\n", tmp_path)
+    assert "During handling of the above exception" in out
+    top = explain_text(out)[0]
+    # neither is known: the run's last exception, with the chain folded into one finding
+    assert top.rule == "generic-python-exception" and top.category == "other"
+    assert top.confidence < 0.6
+    assert any("ZeroDivisionError" in ln.text for ln in top.lines)
+
+
+@pytest.mark.parametrize("prefix", ["[rank3]: ", "ERROR 07-28 15:07:22 [core.py:632] ",
+                                    "(WorkerDict pid=7, ip=10.0.0.2) "])
+def test_frames_are_read_through_launcher_prefixes(tmp_path, prefix):
+    out = python_output("import torch\nfrom verl import DataProto\n"
+                        "DataProto.from_dict(tensors={'input_ids': torch.zeros(6, 4)}).chunk(4)\n", tmp_path)
+    top = explain_text("".join(prefix + ln + "\n" for ln in out.splitlines()))[0]
+    assert (top.rule, top.category) == ("generic-config-error", "config")  # raised in verl/protocol.py
+    assert any("verl/protocol.py" in ln.text for ln in top.lines)
+
+
+def test_a_logged_and_handled_traceback_is_not_a_failure(tmp_path):
+    # logging's prefix on the Traceback header: the program logged the traceback and went on
+    logged = python_output(
+        "import logging, traceback\nlogging.basicConfig(format='%(levelname)s:%(asctime)s:%(message)s')\n"
+        "try:\n    int('x')\nexcept ValueError:\n    logging.error(traceback.format_exc())\n", tmp_path)
+    assert "ERROR:" in logged.split("Traceback")[0].splitlines()[-1]
+    assert explain_text(logged) == []
+    # logger.exception, then the next training step
+    went_on = python_output(
+        "import logging\nlogging.basicConfig()\n"
+        "try:\n    int('x')\nexcept ValueError:\n    logging.exception('could not parse the action')\n"
+        "print('step:3 - reward:0.5')\n", tmp_path)
+    assert went_on.index("Traceback") < went_on.index("step:3")
+    assert explain_text(went_on) == []
+    uncaught = python_output("int('x')\n", tmp_path)
+    assert explain_text(uncaught)[0].rule == "generic-python-exception"
+
+
+def test_an_exception_followed_by_training_steps_was_not_terminal(tmp_path):
+    out = python_output("int('x')\n", tmp_path)
+    assert explain_text(out)  # alone, it is the run's end
+    assert explain_text(out + "step:7 - actor/loss:0.12 - critic/score:0.4\n") == []
+
+
+def test_warnings_are_not_failures(tmp_path):
+    out = python_output("import warnings\nwarnings.warn('flash_attn is not installed: ImportError')\n"
+                        "warnings.warn('libnuma.so.1: cannot open shared object file', RuntimeWarning)\n",
+                        tmp_path)
+    assert "UserWarning" in out and explain_text(out) == []
+
+
+@pytest.mark.parametrize("fixture,category", [
+    ("generic-import-source-tree.log", "imports"), ("generic-missing-module.log", "versions"),
+    ("generic-data-file-not-found.log", "data"), ("generic-path-not-found.log", "workdir"),
+    ("generic-data-schema.log", "data"), ("generic-config-error--2.log", "config"),
+    ("generic-pip-resolution.log", "versions"), ("generic-killed-by-signal.log", "memory"),
+    ("generic-cuda-error.log", "versions"), ("generic-nccl-error.log", "network"),
+    ("generic-version-mismatch.log", "versions"), ("generic-api-mismatch.log", "versions"),
+    ("generic-ray-cluster.log", "cluster"), ("generic-connection--2.log", "network"),
+    ("generic-path-permission.log", "workdir"), ("generic-native-crash--2.log", "other"),
+    ("generic-pip-resolution--3.log", "versions"),
+])
+def test_generic_categories_follow_the_issue(fixture, category):
+    assert explain_paths([str(FIX / fixture)])[0].category == category
+
+
+def test_families_give_the_member_meaning(tmp_path):
+    found = explain_text("EL0004: Failed to allocate memory.\n")
+    assert (found[0].rule, found[0].category) == ("generic-cann-error-code", "cluster")
+    assert "driver" in found[0].title
+    oom = explain_text("aclrtMalloc failed, runtime result = 207001\n")[0]
+    assert (oom.rule, oom.category) == ("generic-acl-runtime-result", "memory")
+
+
+# ---------------------------------------------------------------------------------------------
+# Cause over consequence, across nodes and pids
+
+
+def test_a_cause_on_another_node_beats_a_rule_matched_consequence(tmp_path):
+    dead = with_ray_prefix(body("ray-actor-died.log"), "TaskRunner pid=11, ip=10.0.0.1")
+    cause = with_ray_prefix(body("generic-data-file-not-found.log"), "WorkerDict pid=42, ip=10.0.0.2")
+    a, b = tmp_path / "node1.log", tmp_path / "node2.log"
+    a.write_text(dead)
+    b.write_text(cause)
+    found = explain_paths([str(a), str(b)])
+    assert found[0].rule == "generic-data-file-not-found" and found[0].lines[-1].node == "10.0.0.2"
+    assert "ray-actor-died" in [f.rule for f in found[1:]]
+    # one log, the consequence printed first: the same
+    found = explain_text(dead + cause)
+    assert found[0].rule == "generic-data-file-not-found"
+
+
+@pytest.fixture(scope="module")
+def clients_joined(tmp_path_factory):
+    """A real DistStoreError: rank 0 serves the store and waits for a rank 1 that never comes."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = subprocess.run([sys.executable, str(FIX / "repro" / "store.py"), "0", str(port)],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert "clients joined" in r.stdout, r.stdout[-2000:]
+    return r.stdout
+
+
+def test_store_waiting_for_clients_is_a_consequence_of_the_cause_on_another_node(tmp_path, clients_joined):
+    alone = explain_text(clients_joined)  # alone, it is still reported: a peer failed
+    assert (alone[0].rule, alone[0].category) == ("generic-peer-failure", "cluster")
+    head, peer = tmp_path / "head.log", tmp_path / "worker.log"
+    head.write_text(clients_joined)
+    peer.write_text(body("generic-config-error--2.log"))  # why rank 1 never joined
+    found = explain_paths([str(head), str(peer)])
+    assert found[0].rule == "generic-config-error" and found[0].lines[0].file == str(peer)
+    peer.write_text(body("memory-cuda-oom.log"))          # a rule-named cause
+    assert explain_paths([str(head), str(peer)])[0].rule == "memory-cuda-oom"
+
+
+def test_rule_causes_stay_above_generic_ones():
+    text = body("generic-python-exception.log") + body("verl-batch-not-divisible.log")
+    assert explain_text(text)[0].rule == "verl-batch-not-divisible"
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input
+
+
+def _gz(tmp_path, name="run.log.gz") -> bytes:
+    data = gzip.compress((body("memory-cuda-oom.log") * 2000).encode())
+    (tmp_path / name).write_bytes(data)
+    return data
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt", "header-only"])
+def test_cli_on_a_broken_gzip_is_one_line_exit_2(tmp_path, damage):
+    data = _gz(tmp_path)
+    if damage == "truncated":
+        bad = data[: len(data) // 2]
+    elif damage == "corrupt":
+        mid = len(data) // 2
+        bad = data[:mid] + bytes(b ^ 0x5A for b in data[mid:mid + 64]) + data[mid + 64:]
+    else:
+        bad = data[:10]
+    log = tmp_path / f"{damage}.log.gz"
+    log.write_bytes(bad)
+    with pytest.raises(Exception):  # the file really is broken for gzip itself
+        gzip.decompress(bad)
+    r = run_doctor("explain", str(log))
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "gzip" in r.stderr and str(log) in r.stderr
+    assert r.stdout == ""
+    r = run_doctor("explain", "--json", str(log))
+    assert r.returncode == 2 and r.stdout == ""
+
+
+def test_cli_whole_gzip_still_explains(tmp_path):
+    _gz(tmp_path)
+    r = run_doctor("explain", str(tmp_path / "run.log.gz"))
+    assert r.returncode == 0 and "memory-cuda-oom" in r.stdout
+
+
+@pytest.mark.parametrize("filler", [b"x", b"ERROR ", b'{"token_ids": [151643, 872, 25], "text": "a b"} '])
+@pytest.mark.parametrize("engine", ["hyperscan", "re2"])
+def test_a_10mb_line_ending_in_cuda_oom_keeps_its_tail(tmp_path, monkeypatch, filler, engine):
+    if engine == "re2":
+        monkeypatch.setenv("DOCTOR_PREFILTER", "re2")
+    log = tmp_path / "huge.log"
+    with open(log, "wb") as fh:
+        fh.write(b"step:1 - loss:0.4\n")
+        fh.write(filler * ((10 << 20) // len(filler)))
+        fh.write(b" CUDA out of memory\n")
+    assert log.stat().st_size > 10 << 20
+    r = run_doctor("explain", "--json", str(log))
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    import json
+    top = json.loads(r.stdout)["findings"][0]
+    assert top["category"] == "memory" and top["lines"][0]["n"] == 2
+    assert top["lines"][0]["text"].endswith("CUDA out of memory")
+    assert len(top["lines"][0]["text"]) < 1000  # head ... tail, not 10 MB
+
+
+# ---------------------------------------------------------------------------------------------
+# Off the hot path, and the data
+
+
+def test_many_exceptions_keep_the_layer_bounded_and_find_the_odd_one():
+    noise = "".join(f"ValueError: step {i} - extract action failed\n" for i in range(200_000))
+    half = noise.index("\n", len(noise) // 2) + 1
+    text = noise[:half] + "FileNotFoundError: [Errno 2] No such file or directory: 'data/train.parquet'\n" \
+        + noise[half:]
+    t0 = time.monotonic()
+    from matching.explain import Scan
+    import io
+    scan = Scan(layer_alone())
+    scan.feed_stream(io.BytesIO(text.encode()))
+    col = scan.collector
+    kept = len(col.raws())
+    assert kept <= terminal.FIRST_EVENTS + terminal.PER_TYPE * terminal.MAX_TYPES + terminal.LAST_EVENTS
+    found = scan.findings()
+    assert found[0].rule == "generic-data-file-not-found"  # the first of its type is always kept
+    assert time.monotonic() - t0 < 30
+
+
+def test_every_generic_class_has_a_rules_page_and_is_listed():
+    listing = run_doctor("explain", "--list")
+    assert listing.returncode == 0
+    for c in terminal.generic().classes:
+        assert c.id in listing.stdout
+        assert c.id.startswith("generic-") and c.confidence < 0.6
+    page = run_doctor("rules", "generic-nccl-error")
+    assert page.returncode == 0
+    for text in ("## The codes", "ncclRemoteError", "network", "## How to fix it",
+                 "github.com/NVIDIA/nccl"):
+        assert text in page.stdout
+    page = run_doctor("rules", "generic-config-error")
+    assert "verl/" in page.stdout and "AssertionError" in page.stdout
+
+
+@pytest.mark.parametrize("snippet,message", [
+    ('[[class]]\nid = "x"\ncategory = "gpu"\ntitle = "t"\ncause = "c"\nfix = "f"\nconfidence = 0.3\n'
+     'references = ["https://x"]\nexceptions = ["KeyError"]\n', "unknown category"),
+    ('[[class]]\nid = "x"\ncategory = "data"\ntitle = "t"\ncause = "c"\nfix = "f"\nconfidence = 0.9\n'
+     'references = ["https://x"]\nexceptions = ["KeyError"]\n', "below a rule"),
+    ('[[class]]\nid = "x"\ncategory = "data"\ntitle = "t"\ncause = "c"\nfix = "f"\nconfidence = 0.3\n'
+     'references = ["https://x"]\nlines = ["(a)\\\\1"]\n', "not valid RE2"),
+    ('[[class]]\nid = "x"\ncategory = "data"\ntitle = "t"\ncause = "c"\nfix = "f"\nconfidence = 0.3\n'
+     'references = ["https://x"]\nexceptions = ["KeyError"]\nbogus = 1\n', "unknown field"),
+])
+def test_generic_loader_rejects_bad_classes(tmp_path, snippet, message):
+    path = tmp_path / "generic.toml"
+    path.write_text(snippet)
+    with pytest.raises(CatalogError, match=message):
+        terminal.load_generic(path)
+
+
+@pytest.mark.parametrize("line", [
+    # NCCL's own INFO line of a healthy start (no network plugin installed): not a missing library
+    "testpc115159:2736635:2736635 [2] NCCL INFO NET/Plugin : dlerror=libnccl-net.so: cannot open shared "
+    "object file: No such file or directory No plugin found (libnccl-net.so), using internal implementation",
+    "(TaskRunner pid=42) step:3 - response_length/mean:107000 - decode_tokens: 207001",
+    "INFO 05-12 11:36:01 [launcher.py:80] Shutting down FastAPI HTTP server; worker exited with code -15",
+    "[2025-11-19 19:22:11] [WARNING] torch_npu: EZ9999: warmup op cache miss, compiling",
+])
+def test_healthy_noise_is_no_finding(line):
+    assert explain_text("step:1 - loss:0.5\n" + line + "\n") == []
