@@ -103,6 +103,7 @@ class RayCluster:
         """`<base>/vd-ray-XXXX/ray`, Ray's own layout under RAY_TMPDIR=<base>/vd-ray-XXXX. The base is
         the user's RAY_TMPDIR, else /tmp (short: Ray's socket paths are limited to 107 bytes)."""
         base = os.environ.get("RAY_TMPDIR") or "/tmp"
+        os.makedirs(base, exist_ok=True)  # as Ray does with its temp dir (try_to_create_directory)
         self._tmp = tempfile.mkdtemp(prefix="vd-ray-", dir=base)
         temp_dir = os.path.join(self._tmp, "ray")
         os.mkdir(temp_dir)
