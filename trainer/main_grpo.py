@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(help_text())
         return 0
-    from trainer.ray_cluster import StartError, workers_home
+    from trainer.ray_cluster import StartError, describe, workers_home
     from trainer.reward import RewardError
 
     try:
@@ -355,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, RewardError) as exc:
         print(f"trainer: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a model or data file that cannot be read: one line, no traceback
+        return fail(f"[trainer] phase=prepare failed: {describe(exc)}")
 
     try:
         with workers_home(cfg["trainer.nnodes"], cfg["trainer.n_gpus_per_node"], cfg["ray_kwargs.ray_init.num_cpus"],

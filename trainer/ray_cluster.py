@@ -24,20 +24,25 @@ import traceback
 from dataclasses import dataclass
 
 
+def describe(exc: BaseException) -> str:
+    """One line for an exception: its type, its first line, and where it was raised."""
+    text = (str(exc).strip().splitlines() or [""])[0][:300]
+    frames = traceback.extract_tb(exc.__traceback__)
+    at = ""
+    if frames:  # the innermost frame
+        last = frames[-1]
+        where = last.filename.split("site-packages/")[-1] if "site-packages/" in last.filename \
+            else os.path.basename(last.filename)
+        at = f" (at {where}:{last.lineno} in {last.name})"
+    return f"{type(exc).__name__}: {text}{at}"
+
+
 class StartError(RuntimeError):
-    """Ray could not be started or joined; the text is one line: the exception and where it rose."""
+    """Ray could not be started or joined; the text is one line (`describe`)."""
 
     @classmethod
     def of(cls, exc: BaseException) -> "StartError":
-        text = (str(exc).strip().splitlines() or [""])[0][:300]
-        frames = traceback.extract_tb(exc.__traceback__)
-        at = ""
-        if frames:  # the innermost frame: where it was raised
-            last = frames[-1]
-            where = last.filename.split("site-packages/")[-1] if "site-packages/" in last.filename \
-                else os.path.basename(last.filename)
-            at = f" (at {where}:{last.lineno} in {last.name})"
-        return cls(f"{type(exc).__name__}: {text}{at}")
+        return cls(describe(exc))
 
 
 @dataclass
