@@ -74,13 +74,13 @@ def test_main_command_trains_and_learns_on_a_fresh_machine(tmp_path):
     """`doctor train` of the README on an empty /tmp and HOME: two local Ray nodes start, the
     embedded task learns, and no Ray file is left in /tmp (no /tmp/ray: Ray's files stay private)."""
     argv = steps(readme_command("main"))[-1]
-    run = fresh_run([sys.executable, "-m", "doctor", *argv[1:]], tmp_path, timeout=900)
-    assert run.proc.returncode == 0, run.output[-6000:]
-    assert "Traceback" not in run.output
-    m = DONE.search(run.proc.stdout)
-    assert m, run.output[-4000:]
-    n, first, last = int(m.group(1)), float(m.group(2)), float(m.group(3))
-    assert n == 30 and last > first + 0.3, (n, first, last)  # seed 0: about 0.03 -> 0.99
-    assert "succeeded" in run.proc.stdout
-    left = sorted(p.name for p in run.tmp.iterdir())
-    assert not [name for name in left if name == "ray" or name.startswith("vd-ray-")], left
+    with fresh_run([sys.executable, "-m", "doctor", *argv[1:]], tmp_path, timeout=900) as run:
+        assert run.proc.returncode == 0, run.output[-6000:]
+        assert "Traceback" not in run.output
+        m = DONE.search(run.proc.stdout)
+        assert m, run.output[-4000:]
+        n, first, last = int(m.group(1)), float(m.group(2)), float(m.group(3))
+        assert n == 30 and last > first + 0.3, (n, first, last)  # seed 0: about 0.03 -> 0.99
+        assert "succeeded" in run.proc.stdout
+        left = sorted(p.name for p in run.tmp.iterdir())
+        assert not [name for name in left if name == "ray" or name.startswith("vd-ray-")], left

@@ -156,21 +156,20 @@ def test_ray_that_cannot_start_is_diagnosed_in_one_line_without_a_traceback(tmp_
     from tests.fresh import can_unshare, fresh_run
 
     if can_unshare():
-        setup = 'mkdir "$TMP/ro" && mount --bind "$TMP/ro" "$TMP/ro" && mount -o remount,bind,ro "$TMP/ro"'
-        ray_tmp = "/tmp/ro"
+        setup = ('mkdir "$TMP/ro" && mount --bind "$TMP/ro" "$TMP/ro" && mount -o remount,bind,ro "$TMP/ro" '
+                 '&& export RAY_TMPDIR="$TMP/ro"')
     else:
-        setup = 'touch "$TMP/ro"'
-        ray_tmp = str(tmp_path / "fresh-tmp" / "ro" / "sub")
+        setup = 'touch "$TMP/ro" && export RAY_TMPDIR="$TMP/ro/sub"'
     cache = os.environ.get("VERL_DOCTOR_CACHE") or str(Path.home() / ".cache" / "verl-doctor")
-    run = fresh_run([sys.executable, "-m", "doctor", "train", "--no-preflight", "--run-dir", "run",
-                     "trainer.total_training_steps=1"], tmp_path, setup=setup,
-                    env={"RAY_TMPDIR": ray_tmp, "VERL_DOCTOR_CACHE": cache}, timeout=300)
-    out = run.output
-    assert run.proc.returncode == 1, out[-4000:]
-    assert "Traceback" not in out, out[-4000:]
-    marker = [line for line in out.splitlines() if line.startswith("[trainer] phase=startup failed: ")]
-    assert len(marker) == 1 and ray_tmp in marker[0], out[-4000:]
-    assert "doctor: attempt 1 failed with exit code 1: cluster, phase startup" in out, out[-4000:]
-    assert "doctor:   Ray did not start: " in out and "RAY_TMPDIR" in out
-    ledger = [json.loads(x) for x in (run.tmp / "work" / "run" / "attempts.jsonl").read_text().splitlines()]
-    assert ledger[0]["diagnosis"]["category"] == "cluster" and ledger[0]["decision"] == "stop"
+    argv = [sys.executable, "-m", "doctor", "train", "--no-preflight", "--run-dir", "run",
+            "trainer.total_training_steps=1"]
+    with fresh_run(argv, tmp_path, setup=setup, env={"VERL_DOCTOR_CACHE": cache}, timeout=300) as run:
+        out = run.output
+        assert run.proc.returncode == 1, out[-4000:]
+        assert "Traceback" not in out, out[-4000:]
+        marker = [line for line in out.splitlines() if line.startswith("[trainer] phase=startup failed: ")]
+        assert len(marker) == 1 and "/ro" in marker[0], out[-4000:]
+        assert "doctor: attempt 1 failed with exit code 1: cluster, phase startup" in out, out[-4000:]
+        assert "doctor:   Ray did not start: " in out and "RAY_TMPDIR" in out
+        ledger = [json.loads(x) for x in (run.tmp / "work" / "run" / "attempts.jsonl").read_text().splitlines()]
+        assert ledger[0]["diagnosis"]["category"] == "cluster" and ledger[0]["decision"] == "stop"
