@@ -18,7 +18,7 @@ from probes.facts import installed_dist, visible_devices, winner_path
 from checks.model import Finding
 from checks.registry import check
 
-# Variables naming the interface a transport binds (syntax: research/ascend.md 5.1).
+# Variables naming the interface a transport binds (syntax: HCCL's and NCCL's environment-variable references, Gloo's tcp/device.cc).
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 EXACT_LIST_VARS = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")  # exact names, no ^/= syntax
 
@@ -119,6 +119,20 @@ def _agents_said(agents: dict | None) -> str:
 
 @check("cluster.nodes", "cluster", "Every node answers", scope="cluster")
 def nodes_answer(view: ClusterView) -> list[Finding]:
+    """What it checks: that every alive node of the Ray cluster answered doctor's fact round within
+    --timeout (through doctor's agent on each node), that no dead node is still
+    listed, and that the cluster has at least trainer.nnodes alive nodes.
+
+    How the job fails without it: verl waits for resources the cluster does not have: the placement
+    group never schedules (`Total available GPUs ... is less than total desired GPUs ...`, or Ray's
+    "resources cannot be satisfied" warning and a hang); a node that does not answer doctor will not
+    run verl's workers either.
+
+    Fix: on the silent node: `ray status` lists it, its raylet log
+    (<ray temp dir>/session_latest/logs/raylet.out) shows why, and the interpreter exists there;
+    start Ray on missing nodes (`ray start --address=<head>:6379`) or set trainer.nnodes to the nodes alive.
+
+    After the fact: verl-not-enough-gpus, ray-resources-unschedulable, ray-node-died"""
     out = []
     for n in view.silent:
         why = n.get("no_answer") or n.get("error") or n.get("need_code") or "no facts"
@@ -158,6 +172,20 @@ def nodes_answer(view: ClusterView) -> list[Finding]:
 
 @check("cluster.versions", "cluster", "Same versions on every node", scope="cluster")
 def versions_match(view: ClusterView) -> list[Finding]:
+    """What it checks: that every node runs the same Python, the same version of each package of the
+    stack, the same torch build (cpu / cuda / npu), and the same CANN toolkit and NPU driver as the
+    reference node (the head, where verl's driver and rank 0 run), each read on the node in the
+    environment of its `ray start`.
+
+    How the job fails without it: the node that differs fails when its workers start or at the first
+    collective: HCCL `EI0008` (the CANN / HCCL versions of the ranks are inconsistent,
+    https://github.com/hicann/hcomm/blob/534bd4ec9a0908c493548c94f5bd584688ce1bf1/docs/en/error_codes/EI0008-Package_Error_Incorrect_HCCL_Version.md),
+    undefined symbols in torch_npu, or pickled objects the other side cannot load.
+
+    Fix: install the same versions on every node (`pip freeze` on the head, `pip install -r` on the
+    others); the same CANN toolkit and driver on every node.
+
+    After the fact: hccl-cann-version-mismatch, npu-torch-npu-symbol-mismatch, ray-actor-died"""
     if view.reference is None:
         return []
     fix = "install the same versions on every node (pip freeze on the head, then pip install -r on the others)"
@@ -177,7 +205,17 @@ def versions_match(view: ClusterView) -> list[Finding]:
 
 @check("cluster.code", "cluster", "Same verl code on every node", scope="cluster")
 def code_matches(view: ClusterView) -> list[Finding]:
-    """verl's code version: the package version above, and here a source checkout's commit."""
+    """What it checks: that a verl source checkout (an editable install or a checkout on the path)
+    is at the same git commit on every node, and clean; the installed version is cluster.versions'.
+
+    How the job fails without it: the workers on one node run other code than the driver: a config
+    key one side has and the other lacks, a changed function signature, a Ray task that raises on
+    one node only (`ray.exceptions.RayTaskError`), minutes into the run.
+
+    Fix: check out the same commit on every node (`git -C <verl checkout> checkout <commit>`) and
+    commit or stash local edits.
+
+    After the fact: ray-task-error, ray-actor-died"""
     def state(n: dict) -> str | None:
         git = (n.get("git") or {}).get("verl")
         if not git:
@@ -191,6 +229,18 @@ def code_matches(view: ClusterView) -> list[Finding]:
 
 @check("cluster.imports", "cluster", "Packages load from the same place on every node", scope="cluster")
 def imports_match(view: ClusterView) -> list[Finding]:
+    """What it checks: that `import X` for each package of the stack loads from the same place on every
+    node, saying when it is the launch directory (a source tree shadowing the wheel on one node only).
+
+    How the job fails without it: only the workers of the differing node fail, after the job has
+    started: `ImportError: cannot import name ...`, `No module named 'vllm._C'` in a Ray worker's
+    traceback, which the driver reports as a dead actor.
+
+    Fix: make `import X` resolve to the installed package on every node: remove or rename the X/
+    directory in the launch directory, or on PYTHONPATH of that node's `ray start`.
+
+    After the fact: python-shadowed-package-source-tree, python-shadowed-package-unknown-location,
+    npu-torch-npu-source-shadow, ray-actor-died"""
     out = []
     names = sorted({name for n in view.answered for name in _packages(n)})
     for name in names:
@@ -203,6 +253,18 @@ def imports_match(view: ClusterView) -> list[Finding]:
 
 @check("cluster.paths", "cluster", "Model and data identical on every node", scope="cluster")
 def paths_match(view: ClusterView) -> list[Finding]:
+    """What it checks: that the model and data paths the launch names exist on every node and hold
+    the same files (each file's size and a fast content fingerprint, compared with the
+    reference node's); a path missing on every node is left to workdir.paths and data.files.
+
+    How the job fails without it: the workers on the node without the files fail when they load the
+    model or the data (`FileNotFoundError`, `... is not a local folder and is not a valid model
+    identifier`); a node with other weights or data trains on them without an error.
+
+    Fix: copy the reference's copy there: `rsync -a --checksum <path> <node>:<dir>/`, or put the
+    files on storage every node mounts at the same path.
+
+    After the fact: verl-data-file-not-found, verl-model-path-invalid"""
     out = []
     for path, key in view.path_keys.items():
         def fp(n: dict, p=path) -> dict:
@@ -247,8 +309,23 @@ def _file_diff(ref: dict, mine: dict) -> tuple[list[str], list[str], list[str]]:
 
 @check("cluster.env", "cluster", "Communication variables valid on every node", scope="cluster")
 def interfaces_valid(view: ClusterView) -> list[Finding]:
-    """Each communication variable names an interface present and up on that node; the
-    variables agree across nodes."""
+    """What it checks: on every node, in the environment of its `ray start` (what Ray workers inherit,
+    not the launching shell's), that each interface variable (GLOO_SOCKET_IFNAME, HCCL_SOCKET_IFNAME,
+    NCCL_SOCKET_IFNAME, TP_SOCKET_IFNAME) names an interface that node has, up; that
+    GLOO_SOCKET_IFNAME / TP_SOCKET_IFNAME list the same number of interfaces everywhere; and that the
+    other communication variables (MASTER_ADDR, HCCL_IF_BASE_PORT, ...) agree with the reference node.
+
+    How the job fails without it: a variable exported only in the launching shell never reaches
+    the other nodes' workers, which then choose interfaces on their own; a name another node lacks
+    fails there: `Unable to find address for: eth6`, `... by HCCL_SOCKET_IFNAME, but not found in
+    the environment`; differing interface counts break Gloo's round-robin
+    (https://docs.pytorch.org/docs/stable/distributed.html#common-environment-variables).
+
+    Fix: on the node named: `export VAR=<its interface>` in the shell that runs `ray start`, then
+    start Ray on that node again.
+
+    After the fact: gloo-socket-ifname-not-found, hccl-socket-ifname-not-found, nccl-socket-ifname-not-found,
+    gloo-connect-full-mesh-failed"""
     out = []
     for n in view.answered:
         env = n["facts"].get("comm_env") or {}
@@ -321,6 +398,21 @@ def _ifname_problem(var: str, value: str, ifaces: dict) -> str | None:
 
 @check("cluster.devices", "cluster", "Device counts match the launch and Ray", scope="cluster")
 def devices_match(view: ClusterView) -> list[Finding]:
+    """What it checks: that every node has the trainer.n_gpus_per_node devices the launch asks for
+    (/dev/davinci* or /dev/nvidia*), and that Ray's NPU / GPU resource on the node counts all of
+    them, naming ASCEND_RT_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES in its `ray start` environment when
+    that is what narrows Ray's count.
+
+    How the job fails without it: verl's resource pool asks Ray for n_gpus_per_node per node and
+    stops with `Total available GPUs 8 is less than total desired GPUs 16`
+    (https://github.com/volcengine/verl/blob/main/verl/single_controller/ray/base.py), or waits for
+    a placement group Ray cannot place.
+
+    Fix: trainer.n_gpus_per_node=<the devices each node has>; on a node where Ray counts too few:
+    list every device in ASCEND_RT_VISIBLE_DEVICES (or unset it), or `ray start ...
+    --resources='{"NPU": 8}'`, then start Ray there again.
+
+    After the fact: verl-not-enough-gpus, ray-resources-unschedulable"""
     out = []
     counts = {n["label"]: _device_count(n) for n in view.answered}
     if view.answered and not any(c for _, c in counts.values()):
@@ -363,7 +455,20 @@ def _device_count(n: dict) -> tuple[str, int]:
 
 @check("cluster.link", "cluster", "Nodes reach each other on the collective interfaces", scope="cluster")
 def links_work(view: ClusterView) -> list[Finding]:
-    """TCP from every node to every other node's Gloo/HCCL/NCCL address, on one port."""
+    """What it checks: that each node has a usable, non-loopback address for each transport it will use
+    (Gloo, HCCL, NCCL), chosen as that library would choose it from the node's variables; that no two
+    nodes pick the same address; and, with a TCP connection from every node to every other node's
+    address on one agreed port, that they reach each other.
+
+    How the job fails without it: the first collective hangs, then times out or fails:
+    `connectFullMesh failed` (Gloo), HCCL `EI0006` socket timeout or a transport init error, NCCL
+    watchdog timeouts; a loopback or shared docker0 address makes ranks connect to themselves.
+
+    Fix: set the transport's interface variable on each node to its own cluster interface before
+    `ray start`; check routes (`ip route get <peer address>`) and firewalls between the named nodes.
+
+    After the fact: gloo-connect-full-mesh-failed, gloo-hostname-loopback, hccl-socket-timeout,
+    hccl-transport-init-error, torch-dist-store-timeout, nccl-watchdog-timeout"""
     out = []
     by_label = {n.get("id"): n["label"] for n in view.report.get("nodes") or []}
     for n in view.answered:
@@ -428,6 +533,19 @@ def links_work(view: ClusterView) -> list[Finding]:
 
 @check("cluster.collective", "cluster", "A collective across the nodes works (--deep)", scope="cluster")
 def collective_works(view: ClusterView) -> list[Finding]:
+    """What it checks: with --deep, a real Gloo all-reduce across all nodes (and NCCL or HCCL where
+    every node has devices), run in the target interpreter with each node's environment: the result
+    on every rank, its latency (20 one-element all-reduces) and bandwidth (an 8 MiB all-reduce).
+
+    How the job fails without it: the interface, route and version problems the other checks can
+    only infer show up in verl's first collective, minutes after launch: a hang until
+    HCCL_EXEC_TIMEOUT or the NCCL watchdog, `HcclCommInitRootInfo` failures, `connectFullMesh failed`.
+
+    Fix: fix what cluster.env, cluster.link and cluster.versions report, then rerun with --deep;
+    the failing rank's stderr is in the finding's evidence.
+
+    After the fact: hccl-comm-init-failed, hccl-notify-wait-timeout, hccl-call-failed,
+    gloo-connect-full-mesh-failed, nccl-watchdog-timeout"""
     coll = view.report.get("collective")
     if not coll:
         return [_finding("cluster.collective", "skip", "collective not run",

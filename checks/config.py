@@ -8,15 +8,17 @@
   batch split, GRPO with n=1, devices requested vs present, save_freq/resume, Ray CPUs for
   TransferQueue, flash-attention, data sources with no scorer.
 
-The validation functions take the composed config as a nested dict (`Composed.config`) and return
-`Problem`s; the checks turn them into findings. bench/config_agreement.py and
+Each problem's title, words (verl's own where verl has them), fix and keys are a row of
+knowledge/config_problems.toml; the code holds only the predicates, one small function per verl config
+class (or per place verl meets the problem late), each yielding a problem id and the fields its row's
+templates need. They take the composed config as a nested dict (`Composed.config`); the checks turn
+the problems into findings. bench/config_agreement.py and
 tests/test_config_differential.py compare `startup_problems` with verl's own validate_config.
 """
 from __future__ import annotations
 
 import difflib
-import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields as dataclass_fields
 from typing import Any
 
 from probes.facts import visible_devices
@@ -170,155 +172,233 @@ def need_critic(cfg: dict) -> bool:
     return get(cfg, "algorithm.adv_estimator") == "gae"
 
 
+# --- the problem table (knowledge/config_problems.toml) --------------------------------------------
+
+@dataclass(frozen=True)
+class Row:
+    """One problem of knowledge/config_problems.toml: its words and keys; the predicate is code."""
+
+    id: str
+    title: str
+    when: str  # "startup": verl's validate_config raises it; "late": minutes in, or never
+    # the settings the finding names, and the other keys its predicate reads
+    keys: tuple[str, ...]
+    reads: tuple[str, ...]
+    source: str
+    # templates filled with the predicate's fields (str.format); a dict of variants where verl words it twice
+    message: str | dict | None = None
+    fix: str | dict = ""
+    severity: str = "fail"
+    verl_message: str | None = None  # verl's exact text where it differs from message ("" for a bare assert)
+
+    def problem(self, fields: dict) -> Problem:
+        variant = fields.get("variant")
+        message = _variant(self.message, variant).format(**fields)
+        fix = _variant(self.fix, variant).format(**fields)
+        return Problem(self.id, message, fix, self.severity, list(self.keys), self.when == "startup",
+                       self.verl_message)
+
+
+_ROW_FIELDS = {f.name for f in dataclass_fields(Row)}
+
+
+def _variant(text: str | dict | None, variant: str | None) -> str:
+    return text[variant] if isinstance(text, dict) else (text or "")
+
+
+def load_problem_table(doc: dict) -> dict[str, Row]:
+    """The rows of a config_problems document, by id; a row without a title, a source or its keys
+    is an error here, so no finding can go out untitled."""
+    rows: dict[str, Row] = {}
+    for table in doc.get("problem", []):
+        pid = table.get("id") or "?"
+        unknown = sorted(set(table) - _ROW_FIELDS)
+        missing = [k for k in ("id", "title", "when", "keys", "source") if not table.get(k)]
+        if unknown or missing:
+            raise ValueError(f"config_problems.toml: {pid}: " + (f"unknown field {unknown[0]!r}" if unknown
+                                                                 else f"missing {missing[0]!r}"))
+        if table["when"] not in ("startup", "late") or pid in rows:
+            raise ValueError(f"config_problems.toml: {pid}: when must be startup or late, ids unique")
+        rows[pid] = Row(pid, table["title"], table["when"], tuple(table["keys"]), tuple(table.get("reads", ())),
+                        table["source"], table.get("message"), table.get("fix", ""),
+                        table.get("severity", "fail"), table.get("verl_message"))
+    return rows
+
+
+def _table() -> tuple[dict, dict[str, Row]]:
+    from knowledge import load_toml
+
+    doc = load_toml("config_problems.toml")
+    return doc, load_problem_table(doc)
+
+
+_DOC, PROBLEMS = _table()
+
 # Every key `startup_problems` reads: the differential test builds its view of verl's config from these.
-STARTUP_KEYS = [
-    "trainer.n_gpus_per_node", "trainer.nnodes", "data.train_batch_size", "data.val_batch_size",
-    "algorithm.use_kl_in_reward", "algorithm.adv_estimator", "algorithm.rollout_correction.bypass_mode",
-    "critic.enable",
-    *(f"actor_rollout_ref.actor.{k}" for k in (
-        "use_dynamic_bsz", "strategy", "ppo_mini_batch_size", "ppo_micro_batch_size",
-        "ppo_micro_batch_size_per_gpu", "loss_agg_mode", "ulysses_sequence_parallel_size", "use_kl_loss",
-        "optim.lr_scheduler_type", "fsdp_config.strategy", "fsdp_config.router_replay.mode",
-        "megatron.tensor_model_parallel_size", "megatron.pipeline_model_parallel_size",
-        "megatron.context_parallel_size")),
-    *(f"actor_rollout_ref.{s}.{k}" for s in ("ref", "rollout")
-      for k in ("log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu")),
-    "actor_rollout_ref.rollout.n", "actor_rollout_ref.rollout.name", "actor_rollout_ref.rollout.temperature",
-    "actor_rollout_ref.rollout.val_kwargs.do_sample", "actor_rollout_ref.model.use_remove_padding",
-    "actor_rollout_ref.model.lora.rank", "actor_rollout_ref.model.lora.merge", "actor_rollout_ref.model.lora_rank",
-]
+STARTUP_KEYS = list(dict.fromkeys(
+    [k for r in PROBLEMS.values() if r.when == "startup" for k in r.keys + r.reads]
+    + list(_DOC.get("startup", {}).get("reads", ()))))
+
+
+# --- verl's start-up validation, one predicate per verl config class, in verl's order -------------
+# A predicate yields (problem id, fields for the row's templates); the row words the problem.
+
+class View:
+    """The composed config, with what most predicates read looked up once per config."""
+
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+        self.actor = get(cfg, "actor_rollout_ref.actor", {}) or {}
+        self.rollout = get(cfg, "actor_rollout_ref.rollout", {}) or {}
+        self.dynamic = bool(self.actor.get("use_dynamic_bsz"))
+        self.per_node, self.nnodes = get(cfg, "trainer.n_gpus_per_node", 1), get(cfg, "trainer.nnodes", 1)
+        fsdp = self.actor.get("fsdp_config") or {}
+        self.replay_mode = ((fsdp.get("router_replay") or {}).get("mode")) if isinstance(fsdp, dict) else None
+
+    def get(self, dotted: str, default: Any = None) -> Any:
+        return get(self.cfg, dotted, default)
+
+    @property
+    def n_gpus(self) -> int:
+        """verl's n_gpus in validate_config (an unset count is 0 there)."""
+        return (self.per_node or 0) * (self.nnodes or 0)
+
+    @property
+    def world(self) -> tuple[int, int]:
+        """(devices per node, nodes) as the workers read them (an unset count is 1)."""
+        return self.per_node or 1, self.nnodes or 1
+
+
+def validate_config_batch(v: View):
+    """verl.utils.config.validate_config: the batch must split over the devices (megatron: over DP)."""
+    if v.dynamic:
+        return
+    actor, n_gpus = v.actor, v.n_gpus
+    if actor.get("strategy") == "megatron":
+        meg = actor.get("megatron") or {}
+        mp = (meg.get("tensor_model_parallel_size") or 1) * (meg.get("pipeline_model_parallel_size") or 1)
+        cp = meg.get("context_parallel_size") or 1
+        if n_gpus % (mp * cp):
+            yield "config.megatron_parallel", {"n_gpus": n_gpus, "mp": mp, "cp": cp}
+        minimal = (n_gpus // (mp * cp)) * (actor.get("ppo_micro_batch_size_per_gpu") or 0)
+    else:
+        minimal = n_gpus
+    B, n = v.get("data.train_batch_size"), v.get("actor_rollout_ref.rollout.n")
+    real = (B or 0) * (n or 0)
+    if minimal and real % minimal:
+        yield "config.train_batch_divisible", {"real": real, "minimal": minimal,
+                                               "suggest": _round_up(B, minimal, n or 1)}
+
+
+def fsdp_engine_config(v: View):
+    """FSDPEngineConfig.__post_init__ (the nested dataclasses validate before the actor's own)."""
+    actor = v.actor
+    strategy = (actor.get("fsdp_config") or {}).get("strategy")
+    if actor.get("strategy") != "megatron" and strategy not in FSDP_STRATEGIES:
+        yield "config.fsdp_strategy", {"strategy": strategy, "choices": ", ".join(FSDP_STRATEGIES)}
+
+
+def fsdp_optimizer_config(v: View):
+    """FSDPOptimizerConfig.__post_init__ (a bare assert)."""
+    kind = (v.actor.get("optim") or {}).get("lr_scheduler_type", "constant")
+    if kind not in ("constant", "cosine"):
+        yield "config.lr_scheduler", {"value": kind}
+
+
+def engine_router_replay_config(v: View):
+    """EngineRouterReplayConfig.__post_init__."""
+    replay = v.replay_mode
+    if replay is not None and replay not in ROUTER_REPLAY_MODES:
+        yield "config.router_replay", {"mode": replay, "modes": list(ROUTER_REPLAY_MODES)}
+
+
+def actor_config_post_init(v: View):
+    """ActorConfig.__post_init__: one micro batch setting, a known loss_agg_mode."""
+    actor = v.actor
+    micro, micro_gpu = actor.get("ppo_micro_batch_size"), actor.get("ppo_micro_batch_size_per_gpu")
+    if not v.dynamic and micro is not None and micro_gpu is not None:
+        yield "config.actor_micro_both", {}
+    elif not v.dynamic and micro is None and micro_gpu is None:
+        yield "config.actor_micro_missing", {}
+    if actor.get("loss_agg_mode") not in LOSS_AGG_MODES:
+        yield "config.loss_agg_mode", {"mode": actor.get("loss_agg_mode"), "choices": ", ".join(LOSS_AGG_MODES)}
+
+
+def actor_config_validate(v: View):
+    """ActorConfig.validate(n_gpus, train_batch_size): the mini and micro batch against the batch."""
+    actor, n_gpus = v.actor, v.n_gpus
+    B, M, micro = v.get("data.train_batch_size"), actor.get("ppo_mini_batch_size"), actor.get("ppo_micro_batch_size")
+    if v.dynamic or not isinstance(B, int) or not isinstance(M, int):
+        return
+    sp = actor.get("ulysses_sequence_parallel_size", 1) or 1
+    if B < M:
+        yield "config.mini_gt_train", {"B": B, "M": M}
+    elif micro is not None and M % micro:
+        yield "config.mini_micro_divisible", {"M": M, "micro": micro}
+    elif micro is not None and micro * sp < n_gpus:
+        yield "config.micro_lt_gpus", {"micro": micro, "sp": sp, "n_gpus": n_gpus}
+
+
+def fsdp_actor_config_validate(v: View):
+    """FSDPActorConfig.validate: sequence parallelism needs remove-padding."""
+    actor = v.actor
+    if actor.get("strategy") != "megatron" and (actor.get("ulysses_sequence_parallel_size", 1) or 1) > 1 \
+            and not v.get("actor_rollout_ref.model.use_remove_padding", False):
+        yield "config.sp_remove_padding", {}
+
+
+def router_replay_rollout_correction(v: View):
+    """verl.utils.config._validate_router_replay_config."""
+    corr = v.get("algorithm.rollout_correction") or {}
+    if v.replay_mode == "R2" and isinstance(corr, dict) and corr.get("bypass_mode"):
+        yield "config.router_replay_bypass", {}
+
+
+def validate_config_log_prob(v: View):
+    """validate_config's check_mutually_exclusive for the ref (when KL needs it) and the rollout."""
+    if v.dynamic:
+        return
+    sections = [("ref", "config.ref_log_prob_micro_missing", "config.ref_log_prob_micro_both"),
+                ("rollout", "config.rollout_log_prob_micro_missing", "config.rollout_log_prob_micro_both")]
+    for short, missing, both in sections[0 if need_reference_policy(v.cfg) else 1:]:
+        node = v.get(f"actor_rollout_ref.{short}") or {}
+        mbs, per_gpu = node.get("log_prob_micro_batch_size"), node.get("log_prob_micro_batch_size_per_gpu")
+        if mbs is None and per_gpu is None:
+            yield missing, {}
+        elif mbs is not None and per_gpu is not None:
+            yield both, {}
+
+
+def validate_config_sampling(v: View):
+    """validate_config: validation sampling needs a positive temperature."""
+    rollout = v.get("actor_rollout_ref.rollout", {}) or {}
+    if (rollout.get("val_kwargs") or {}).get("do_sample") and not (rollout.get("temperature", 1.0) > 0):
+        yield "config.val_temperature", {}
+
+
+def vllm_lora_rank(v: View):
+    """validate_config -> vllm_rollout.utils.get_vllm_max_lora_rank (vLLM serves ranks up to 512)."""
+    lora = v.get("actor_rollout_ref.model.lora") or {}
+    rank = lora.get("rank", 0) or 0
+    if rank <= 0:
+        rank = v.get("actor_rollout_ref.model.lora_rank", 0) or 0
+    if lora.get("merge"):
+        rank = 0
+    if rank > 512 and v.get("actor_rollout_ref.rollout.name") == "vllm":
+        yield "config.lora_rank", {"rank": rank}
+
+
+STARTUP_PREDICATES = (validate_config_batch, fsdp_engine_config, fsdp_optimizer_config, engine_router_replay_config,
+                      actor_config_post_init, actor_config_validate, fsdp_actor_config_validate,
+                      router_replay_rollout_correction, validate_config_log_prob, validate_config_sampling,
+                      vllm_lora_rank)
 
 
 def startup_problems(cfg: dict) -> list[Problem]:
     """What verl's validate_config rejects, with its messages. verl stops at the first; this lists
     them all, in the order verl would meet them."""
-    out: list[Problem] = []
-    actor = get(cfg, "actor_rollout_ref.actor", {}) or {}
-    rollout = get(cfg, "actor_rollout_ref.rollout", {}) or {}
-    n_gpus = (get(cfg, "trainer.n_gpus_per_node", 1) or 0) * (get(cfg, "trainer.nnodes", 1) or 0)
-    B = get(cfg, "data.train_batch_size")
-    dynamic = bool(actor.get("use_dynamic_bsz"))
-
-    def add(pid, msg, fix, *keys, verl_message=None):
-        out.append(Problem(pid, msg, fix, "fail", list(keys), True, verl_message))
-
-    if not dynamic:
-        if actor.get("strategy") == "megatron":
-            meg = actor.get("megatron") or {}
-            mp = (meg.get("tensor_model_parallel_size") or 1) * (meg.get("pipeline_model_parallel_size") or 1)
-            cp = meg.get("context_parallel_size") or 1
-            if n_gpus % (mp * cp):
-                add("config.megatron_parallel",
-                    f"n_gpus ({n_gpus}) must be divisible by model_parallel_size ({mp}) times "
-                    f"context_parallel_size ({cp})", "make TP*PP*CP divide nnodes*n_gpus_per_node",
-                    "trainer.n_gpus_per_node")
-            minimal = (n_gpus // (mp * cp)) * (actor.get("ppo_micro_batch_size_per_gpu") or 0)
-        else:
-            minimal = n_gpus
-        real = (B or 0) * (rollout.get("n") or 0)
-        if minimal and real % minimal:
-            add("config.train_batch_divisible",
-                f"real_train_batch_size ({real}) must be divisible by minimal possible batch size ({minimal})",
-                f"make data.train_batch_size * rollout.n a multiple of {minimal} "
-                f"(e.g. data.train_batch_size={_round_up(B, minimal, rollout.get('n') or 1)})",
-                "data.train_batch_size", "actor_rollout_ref.rollout.n")
-    # the nested dataclasses are built (and validate themselves) before the actor's own __post_init__
-    fsdp = actor.get("fsdp_config") or {}
-    if actor.get("strategy") != "megatron" and fsdp.get("strategy") not in FSDP_STRATEGIES:
-        add("config.fsdp_strategy", f"strategy {fsdp.get('strategy')} not supported",
-            f"actor_rollout_ref.actor.strategy one of {', '.join(FSDP_STRATEGIES)}",
-            "actor_rollout_ref.actor.strategy")
-    optim = actor.get("optim") or {}
-    if optim.get("lr_scheduler_type", "constant") not in ("constant", "cosine"):
-        add("config.lr_scheduler", f"actor optim.lr_scheduler_type={optim.get('lr_scheduler_type')!r} is not "
-            "constant or cosine (verl fails with a bare AssertionError in FSDPOptimizerConfig)",
-            "actor_rollout_ref.actor.optim.lr_scheduler_type=constant or cosine",
-            "actor_rollout_ref.actor.optim.lr_scheduler_type", verl_message="")
-    replay = ((fsdp.get("router_replay") or {}).get("mode")) if isinstance(fsdp, dict) else None
-    if replay is not None and replay not in ROUTER_REPLAY_MODES:
-        add("config.router_replay",
-            f"Invalid router_replay mode: {replay}. Must be one of {list(ROUTER_REPLAY_MODES)}",
-            "router_replay.mode=disabled", "actor_rollout_ref.actor.router_replay.mode")
-    # ActorConfig.__post_init__
-    micro, micro_gpu = actor.get("ppo_micro_batch_size"), actor.get("ppo_micro_batch_size_per_gpu")
-    if not dynamic:
-        if micro is not None and micro_gpu is not None:
-            add("config.actor_micro_both",
-                "[actor] You have set both 'actor.ppo_micro_batch_size' AND 'actor.ppo_micro_batch_size_per_gpu'. "
-                "Please remove 'actor.ppo_micro_batch_size' because only '*_ppo_micro_batch_size_per_gpu' is "
-                "supported (the former is deprecated).", "remove actor_rollout_ref.actor.ppo_micro_batch_size",
-                "actor_rollout_ref.actor.ppo_micro_batch_size")
-        elif micro is None and micro_gpu is None:
-            add("config.actor_micro_missing",
-                "[actor] Please set at least one of 'actor.ppo_micro_batch_size' or "
-                "'actor.ppo_micro_batch_size_per_gpu' if use_dynamic_bsz is not enabled.",
-                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 (or actor.use_dynamic_bsz=True)",
-                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
-    if actor.get("loss_agg_mode") not in LOSS_AGG_MODES:
-        add("config.loss_agg_mode", f"Invalid loss_agg_mode: {actor.get('loss_agg_mode')}",
-            f"one of {', '.join(LOSS_AGG_MODES)}", "actor_rollout_ref.actor.loss_agg_mode")
-    # ActorConfig.validate / FSDPActorConfig.validate
-    M = actor.get("ppo_mini_batch_size")
-    if not dynamic and isinstance(B, int) and isinstance(M, int):
-        sp = actor.get("ulysses_sequence_parallel_size", 1) or 1
-        if B < M:
-            add("config.mini_gt_train",
-                f"train_batch_size ({B}) must be >= actor.ppo_mini_batch_size ({M})",
-                f"actor_rollout_ref.actor.ppo_mini_batch_size={B} or data.train_batch_size={M}",
-                "data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size")
-        elif micro is not None:
-            if M % micro:
-                add("config.mini_micro_divisible",
-                    f"ppo_mini_batch_size ({M}) must be divisible by ppo_micro_batch_size ({micro})",
-                    "use actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu instead",
-                    "actor_rollout_ref.actor.ppo_micro_batch_size")
-            elif micro * sp < n_gpus:
-                add("config.micro_lt_gpus",
-                    f"ppo_micro_batch_size ({micro}) * ulysses_sequence_parallel_size ({sp}) must be >= "
-                    f"n_gpus ({n_gpus})", "use actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu instead",
-                    "actor_rollout_ref.actor.ppo_micro_batch_size")
-    if actor.get("strategy") != "megatron" and (actor.get("ulysses_sequence_parallel_size", 1) or 1) > 1 \
-            and not get(cfg, "actor_rollout_ref.model.use_remove_padding", False):
-        add("config.sp_remove_padding",
-            "When using sequence parallelism for actor/ref policy, you must enable `use_remove_padding`.",
-            "actor_rollout_ref.model.use_remove_padding=True", "actor_rollout_ref.model.use_remove_padding")
-    # router replay vs rollout correction
-    corr = get(cfg, "algorithm.rollout_correction") or {}
-    if replay == "R2" and isinstance(corr, dict) and corr.get("bypass_mode"):
-        add("config.router_replay_bypass",
-            "router_replay.mode='R2' requires algorithm.rollout_correction.bypass_mode=False: R2 records routes "
-            "while recomputing actor old_log_probs, but bypass mode skips that forward.",
-            "algorithm.rollout_correction.bypass_mode=False", "algorithm.rollout_correction.bypass_mode")
-    if not dynamic:
-        sections = (["actor_rollout_ref.ref"] if need_reference_policy(cfg) else []) + ["actor_rollout_ref.rollout"]
-        for name in sections:
-            node = get(cfg, name) or {}
-            mbs, per_gpu = node.get("log_prob_micro_batch_size"), node.get("log_prob_micro_batch_size_per_gpu")
-            param = "log_prob_micro_batch_size"
-            short = name.rsplit(".", 1)[1]
-            if mbs is None and per_gpu is None:
-                add(f"config.{short}_log_prob_micro_missing",
-                    f"[{name}] Please set at least one of '{name}.{param}' or '{name}.{param}_per_gpu'.",
-                    f"{name}.{param}_per_gpu=4", f"{name}.{param}_per_gpu")
-            elif mbs is not None and per_gpu is not None:
-                add(f"config.{short}_log_prob_micro_both",
-                    f"[{name}] You have set both '{name}.{param}' AND '{name}.{param}_per_gpu'. Please remove "
-                    f"'{name}.{param}' because only '*_{param}_per_gpu' is supported (the former is deprecated).",
-                    f"remove {name}.{param}", f"{name}.{param}")
-    val = rollout.get("val_kwargs") or {}
-    if val.get("do_sample") and not (rollout.get("temperature", 1.0) > 0):
-        add("config.val_temperature", "validation gen temperature should be greater than 0 when enabling do_sample",
-            "actor_rollout_ref.rollout.temperature=1.0", "actor_rollout_ref.rollout.temperature")
-    lora = get(cfg, "actor_rollout_ref.model.lora") or {}
-    rank = lora.get("rank", 0) or 0
-    if rank <= 0:
-        rank = get(cfg, "actor_rollout_ref.model.lora_rank", 0) or 0
-    if lora.get("merge"):
-        rank = 0
-    if rank > 512 and rollout.get("name") == "vllm":
-        add("config.lora_rank", f"lora_rank must be less than or equal to 512, but got {rank}",
-            "actor_rollout_ref.model.lora.rank=512 or less", "actor_rollout_ref.model.lora.rank")
-    return out
+    view = View(cfg)
+    return [PROBLEMS[pid].problem(fields) for pred in STARTUP_PREDICATES for pid, fields in pred(view)]
 
 
 def _round_up(B, minimal, n) -> int:
@@ -329,97 +409,115 @@ def _round_up(B, minimal, n) -> int:
     return b
 
 
-# --- what verl checks late, or never ---------------------------------------------------------------
+# --- what verl checks late, or never: one predicate per place verl (or nothing) meets it ------------
+# A predicate takes the config and the node's facts (devices, CPUs, flash-attn, NPU).
 
-def late_problems(cfg: dict, devices_per_node: int | None = None, cpus: int | None = None,
-                  flash_attn: bool | None = None, npu: bool = False,
-                  devices_limit: tuple[str, str] | None = None) -> list[Problem]:
-    out: list[Problem] = []
-    actor = get(cfg, "actor_rollout_ref.actor", {}) or {}
-    rollout = get(cfg, "actor_rollout_ref.rollout", {}) or {}
-    per_node = get(cfg, "trainer.n_gpus_per_node", 1) or 1
-    nnodes = get(cfg, "trainer.nnodes", 1) or 1
+def rollout_parallel(v: View, facts: dict):
+    """The rollout workers (engine_workers / vllm_async_server): TP*DP*PP must split the devices."""
+    rollout = v.rollout
+    per_node, nnodes = v.world
     world = per_node * nnodes
     tp = rollout.get("tensor_model_parallel_size", 1) or 1
-    dp = rollout.get("data_parallel_size", 1) or 1
-    pp = rollout.get("pipeline_model_parallel_size", 1) or 1
-    if world % (tp * dp * pp):
-        out.append(Problem("config.rollout_tp",
-                           f"rollout world_size: {world} is not divisible by infer_world_size: {tp * dp * pp}",
-                           f"actor_rollout_ref.rollout.tensor_model_parallel_size={_divisor(per_node, tp)}",
-                           keys=["actor_rollout_ref.rollout.tensor_model_parallel_size"]))
+    infer = tp * (rollout.get("data_parallel_size", 1) or 1) * (rollout.get("pipeline_model_parallel_size", 1) or 1)
+    fields = {"world": world, "infer": infer, "per_node": per_node, "tp": tp, "suggest": _divisor(per_node, tp)}
+    if world % infer:
+        yield "config.rollout_tp", {**fields, "variant": "world"}
     elif tp > per_node or per_node % tp:
-        out.append(Problem("config.rollout_tp",
-                           f"gpus_per_node should be divisible by tensor_model_parallel_size "
-                           f"(n_gpus_per_node={per_node}, tensor_model_parallel_size={tp})",
-                           f"actor_rollout_ref.rollout.tensor_model_parallel_size={_divisor(per_node, tp)}",
-                           keys=["actor_rollout_ref.rollout.tensor_model_parallel_size"]))
-    B, n, M = get(cfg, "data.train_batch_size"), rollout.get("n") or 1, actor.get("ppo_mini_batch_size")
-    micro = actor.get("ppo_micro_batch_size_per_gpu")
-    sp = actor.get("ulysses_sequence_parallel_size", 1) or 1
-    train_dp = max(world // sp, 1)
-    if not actor.get("use_dynamic_bsz") and isinstance(M, int) and isinstance(B, int) and B >= M:
-        mini = M * n
-        if mini % train_dp:
-            out.append(Problem("config.mini_batch_dp",
-                               f"Got mini_batch_size={mini} and self.engine.get_data_parallel_size()={train_dp}",
-                               f"make ppo_mini_batch_size*rollout.n ({M}*{n}) a multiple of the data-parallel "
-                               f"size {train_dp}", keys=["actor_rollout_ref.actor.ppo_mini_batch_size"]))
-        elif isinstance(micro, int) and micro > 0 and (mini // train_dp) % micro:
-            local = mini // train_dp
-            out.append(Problem("config.micro_split",
-                               "data size must be divisible by force_group_size * micro_batch_size_per_gpu "
-                               f"(ppo_mini_batch_size*n/dp = {M}*{n}/{train_dp} = {local} per device, "
-                               f"micro batch {micro}); verl 0.9 finds this at the first update step",
-                               f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={_divisor(local, micro)}",
-                               keys=["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]))
-    if get(cfg, "algorithm.adv_estimator") in GROUP_ADV and n < 2:
-        out.append(Problem("config.grpo_n",
-                           f"algorithm.adv_estimator={get(cfg, 'algorithm.adv_estimator')} with "
-                           f"actor_rollout_ref.rollout.n={n}: each group has one response, so every advantage is "
-                           "0 and the policy never learns (verl does not check this)",
-                           "actor_rollout_ref.rollout.n=4 (or more)", keys=["actor_rollout_ref.rollout.n"]))
-    if rollout.get("name") in (None, "???"):
-        out.append(Problem("config.rollout_name", "Missing mandatory value: actor_rollout_ref.rollout.name",
-                           "actor_rollout_ref.rollout.name=vllm (or sglang)",
-                           keys=["actor_rollout_ref.rollout.name"]))
-    if devices_per_node is not None and devices_per_node < per_node:
-        var = devices_limit[0] if devices_limit else None
-        has = (f"{var}={devices_limit[1]} leaves Ray {devices_per_node} of this node's devices" if var
-               else f"this node has {devices_per_node} devices")
-        out.append(Problem("config.devices",
-                           f"trainer.n_gpus_per_node={per_node} but {has}: "
-                           f"verl stops with 'Total available GPUs {devices_per_node * nnodes} is less than total "
-                           f"desired GPUs {world}'",
-                           f"trainer.n_gpus_per_node={devices_per_node}"
-                           + (f" (or list {per_node} devices in {var} before `ray start`)" if var else ""),
-                           keys=["trainer.n_gpus_per_node"]))
-    if get(cfg, "trainer.save_freq", -1) in (-1, 0, None) and get(cfg, "trainer.resume_mode") == "auto":
-        out.append(Problem("config.resume_nothing",
-                           "trainer.resume_mode=auto with trainer.save_freq=-1: no checkpoint is ever written, "
-                           "so a restart begins again from step 0", "trainer.save_freq=20 (any positive step count)",
-                           "warn", ["trainer.save_freq"]))
+        yield "config.rollout_tp", {**fields, "variant": "per_node"}
+
+
+def actor_update_batches(v: View, facts: dict):
+    """The actor's first update step: mini batch over DP ranks, then the per-device part over micro batches."""
+    actor, n = v.actor, v.rollout.get("n") or 1
+    B, M, micro = v.get("data.train_batch_size"), actor.get("ppo_mini_batch_size"), actor.get("ppo_micro_batch_size_per_gpu")
+    per_node, nnodes = v.world
+    dp = max(per_node * nnodes // (actor.get("ulysses_sequence_parallel_size", 1) or 1), 1)
+    if actor.get("use_dynamic_bsz") or not isinstance(M, int) or not isinstance(B, int) or B < M:
+        return
+    mini = M * n
+    if mini % dp:
+        yield "config.mini_batch_dp", {"mini": mini, "dp": dp, "M": M, "n": n}
+    elif isinstance(micro, int) and micro > 0 and (mini // dp) % micro:
+        local = mini // dp
+        yield "config.micro_split", {"M": M, "n": n, "dp": dp, "local": local, "micro": micro,
+                                     "suggest": _divisor(local, micro)}
+
+
+def grpo_group(v: View, facts: dict):
+    """Group advantage estimators (GRPO, RLOO, ...) need two or more responses per prompt."""
+    adv, n = v.get("algorithm.adv_estimator"), v.rollout.get("n") or 1
+    if adv in GROUP_ADV and n < 2:
+        yield "config.grpo_n", {"adv": adv, "n": n}
+
+
+def rollout_name(v: View, facts: dict):
+    """RolloutConfig.name is ??? in verl's yaml: read when the rollout worker starts."""
+    if v.rollout.get("name") in (None, "???"):
+        yield "config.rollout_name", {}
+
+
+def resource_pool(v: View, facts: dict):
+    """RayResourcePool: the devices Ray sees on the node against trainer.n_gpus_per_node."""
+    count, limit = facts.get("devices_per_node"), facts.get("devices_limit")
+    per_node, nnodes = v.world
+    if count is not None and count < per_node:
+        fields = {"per_node": per_node, "count": count, "available": count * nnodes, "world": per_node * nnodes}
+        if limit:
+            fields.update(variant="var", var=limit[0], value=limit[1])
+        yield "config.devices", {"variant": "count", **fields}
+
+
+def checkpoint_resume(v: View, facts: dict):
+    """resume_mode=auto resumes from checkpoints that save_freq=-1 never writes."""
+    if v.get("trainer.save_freq", -1) in (-1, 0, None) and v.get("trainer.resume_mode") == "auto":
+        yield "config.resume_nothing", {}
+
+
+def ray_cpus(cfg: dict, cpus: int | None, cpus_from: str = "") -> list[Problem]:
+    """TransferQueue's storage actors against the Ray CPUs: a hang with no error, worded here."""
+    out: list[Problem] = []
     if cpus is not None and get(cfg, "trainer.use_v1", True):
         units = get(cfg, "transfer_queue.backend.SimpleStorage.num_data_storage_units", 0) or 0
-        # research/verl.md 6, a3/a4: with 2 Ray CPUs the TaskRunner and ONE storage unit start and
+        # verl 0.9.1 main_ppo.py (TaskRunner num_cpus=1) and transfer_queue: with 2 Ray CPUs the TaskRunner and ONE storage unit start and
         # tq.init waits forever; with 16 all start. So each unit takes a CPU beside the TaskRunner's.
         need = units + 1
         have = get(cfg, "ray_kwargs.ray_init.num_cpus") or cpus
+        where = "ray_kwargs.ray_init.num_cpus" if get(cfg, "ray_kwargs.ray_init.num_cpus") else cpus_from
         if units and have < need:
             out.append(Problem("config.ray_cpus",
-                               f"Ray has {have} CPUs but TransferQueue starts {units} storage actors (1 CPU each) "
+                               f"Ray has {have} CPUs{f' ({where})' if where else ''} but TransferQueue starts {units} storage actors (1 CPU each) "
                                f"beside the TaskRunner: tq.init waits for them forever, with no error",
                                f"ray_kwargs.ray_init.num_cpus={need} (or "
                                f"transfer_queue.backend.SimpleStorage.num_data_storage_units={max(have - 1, 1)})",
                                keys=["ray_kwargs.ray_init.num_cpus"]))
-    attn = (get(cfg, "actor_rollout_ref.model.override_config") or {}).get("attn_implementation")
-    if flash_attn is False and not npu and attn in (None, "flash_attention_2"):
-        out.append(Problem("config.flash_attn",
-                           "FlashAttention2 has been toggled on, but it cannot be used due to the following error: "
-                           "the package for FlashAttention2 doesn't seem to be installed.",
-                           "+actor_rollout_ref.model.override_config.attn_implementation=sdpa "
-                           "(or pip install flash-attn)",
-                           keys=["actor_rollout_ref.model.override_config.attn_implementation"]))
+    return out
+
+
+def flash_attention(v: View, facts: dict):
+    """The model is built with flash_attention_2 unless override_config names another (not on NPU)."""
+    attn = (v.get("actor_rollout_ref.model.override_config") or {}).get("attn_implementation")
+    if facts.get("flash_attn") is False and not facts.get("npu") and attn in (None, "flash_attention_2"):
+        yield "config.flash_attn", {}
+
+
+def _ray_cpus(v: View, facts: dict) -> list[Problem]:
+    return ray_cpus(v.cfg, facts.get("cpus"), facts.get("cpus_from", ""))
+
+
+LATE_PREDICATES = (rollout_parallel, actor_update_batches, grpo_group, rollout_name, resource_pool,
+                   checkpoint_resume, _ray_cpus, flash_attention)
+
+
+def late_problems(cfg: dict, devices_per_node: int | None = None, cpus: int | None = None,
+                  flash_attn: bool | None = None, npu: bool = False,
+                  devices_limit: tuple[str, str] | None = None, cpus_from: str = "") -> list[Problem]:
+    facts = {"devices_per_node": devices_per_node, "cpus": cpus, "flash_attn": flash_attn, "npu": npu,
+             "devices_limit": devices_limit, "cpus_from": cpus_from}
+    out: list[Problem] = []
+    view = View(cfg)
+    for pred in LATE_PREDICATES:
+        for found in pred(view, facts):
+            out.append(found if isinstance(found, Problem) else PROBLEMS[found[0]].problem(found[1]))
     return out
 
 
@@ -446,8 +544,24 @@ def _facts(ctx) -> dict:
         return {}
 
 
-@check("config.keys", "config", "Config keys verl will read", needs=("launch",))
+@check("config.keys", "config", "Config keys verl will read", needs=("launch",), scope="launch")
 def check_keys(ctx):
+    """What it checks: every override of the launch, composed with Hydra's own override parser against
+    verl's config (the target interpreter's verl, else the verl 0.9.1 snapshot in knowledge/verl/):
+    a key verl's config does not have (with the key most likely meant), a new key without `+`, a `+`
+    on a key that exists; keys the detected verl ignores or removed (knowledge/verl_keys.toml, each
+    with its source); values verl silently rewrites.
+
+    How the job fails without it: Hydra stops main_ppo before anything starts:
+    `Could not override 'trainer.n_gpu_per_node'. ... Key 'n_gpu_per_node' is not in struct`
+    (https://hydra.cc/docs/advanced/override_grammar/basic/). An ignored key is worse: verl 0.9 no
+    longer reads the top-level custom_reward_function.* of older scripts (the seed article's
+    section 4.3), so the run goes on with the default scorer and no warning.
+
+    Fix: the finding writes the override that works: the key it most likely meant, `+key=value` for
+    a new key, the key without `+`, or the replacement key (reward.custom_reward_function.path=...).
+
+    After the fact: hydra-override-unknown-key, verl-reward-data-source-unknown"""
     sess = _session(ctx)
     composed = sess.composed
     out = []
@@ -478,8 +592,29 @@ def check_keys(ctx):
     return out
 
 
-@check("config.validate", "config", "verl's start-up validation", needs=("launch", "config"))
+@check("config.validate", "config", "verl's start-up validation", needs=("launch", "config"), scope="launch")
 def check_validate(ctx):
+    """What it checks: verl's start-up validation, on the composed config: `validate_config`
+    (verl/utils/config.py) and the config dataclasses it builds (FSDPEngineConfig,
+    FSDPOptimizerConfig, the router replay config, ActorConfig and FSDPActorConfig), reproduced in
+    verl's order and with verl's words (knowledge/config_problems.toml, one row per problem with its
+    verl 0.9.1 file:line), all problems at once where verl stops at the first; and verl's own
+    validate_config, run in the config probe when verl is installed. bench/config_agreement.py
+    measures the agreement with verl's own.
+
+    How the job fails without it: main_ppo raises after its imports, before the workers start, one
+    problem per launch: `AssertionError: real_train_batch_size (30) must be divisible by minimal
+    possible batch size (8)`, `ValueError: [actor] Please set at least one of
+    'actor.ppo_micro_batch_size' or 'actor.ppo_micro_batch_size_per_gpu' ...`; fixing one shows the next.
+
+    Fix: each finding names the setting and a value that passes (e.g. a data.train_batch_size that
+    makes train_batch_size * rollout.n a multiple of the device count); `doctor plan` shows the
+    batch arithmetic behind them.
+
+    After the fact: verl-batch-not-divisible, verl-actor-micro-batch-both-set, verl-actor-micro-batch-unset,
+    verl-log-prob-micro-batch-unset, verl-ref-log-prob-micro-batch-unset, verl-mini-batch-exceeds-train-batch,
+    verl-invalid-loss-agg-mode, verl-sp-needs-remove-padding, verl-val-temperature-zero,
+    verl-optimizer-config-invalid, verl-config-instantiation-failed"""
     sess = _session(ctx)
     cfg = sess.composed.config
     problems = startup_problems(cfg)
@@ -492,46 +627,35 @@ def check_validate(ctx):
     return out
 
 
-TITLES = {
-    "config.megatron_parallel": "Megatron parallel sizes do not divide the devices",
-    "config.train_batch_divisible": "train_batch_size * rollout.n does not split over the devices",
-    "config.actor_micro_both": "Both actor micro batch settings are set",
-    "config.actor_micro_missing": "No actor micro batch size",
-    "config.loss_agg_mode": "Unknown loss_agg_mode",
-    "config.fsdp_strategy": "Unknown actor strategy",
-    "config.lr_scheduler": "Unknown lr_scheduler_type",
-    "config.router_replay": "Unknown router_replay mode",
-    "config.mini_gt_train": "ppo_mini_batch_size is larger than train_batch_size",
-    "config.mini_micro_divisible": "ppo_mini_batch_size is not a multiple of ppo_micro_batch_size",
-    "config.micro_lt_gpus": "ppo_micro_batch_size is smaller than the device count",
-    "config.sp_remove_padding": "Sequence parallelism needs use_remove_padding",
-    "config.router_replay_bypass": "router_replay R2 conflicts with rollout_correction bypass_mode",
-    "config.ref_log_prob_micro_missing": "No ref log-prob micro batch size (KL is on)",
-    "config.ref_log_prob_micro_both": "Both ref log-prob micro batch settings are set",
-    "config.rollout_log_prob_micro_missing": "No rollout log-prob micro batch size",
-    "config.rollout_log_prob_micro_both": "Both rollout log-prob micro batch settings are set",
-    "config.val_temperature": "Validation sampling with temperature <= 0",
-    "config.lora_rank": "LoRA rank above vLLM's maximum",
-    "config.rollout_tp": "Rollout tensor parallel size does not fit the devices per node",
-    "config.mini_batch_dp": "Mini batch does not split over data-parallel ranks",
-    "config.micro_split": "Per-device mini batch is not a multiple of the micro batch",
-    "config.grpo_n": "GRPO with one response per prompt",
-    "config.rollout_name": "No rollout engine named",
-    "config.devices": "More devices requested than the node has",
-    "config.resume_nothing": "resume_mode=auto but no checkpoints are saved",
-    "config.ray_cpus": "Too few Ray CPUs for TransferQueue: start-up hangs",
-    "config.flash_attn": "flash-attention requested but not installed",
-}
-
-
 def _finding(p: Problem, sess) -> Finding:
     when = "verl rejects this at start-up" if p.verl_checks_at_startup else "verl finds this only after launch"
-    return Finding(p.id, "config", p.severity, TITLES.get(p.id, p.id),
+    return Finding(p.id, "config", p.severity, PROBLEMS[p.id].title,
                    f"{p.message}\n({when}; config from {sess.composed.source})", p.fix, {"settings": p.keys})
 
 
-@check("config.runtime", "config", "Settings verl checks late or never", needs=("launch", "config"))
+@check("config.runtime", "config", "Settings verl checks late or never", needs=("launch", "config"), scope="launch")
 def check_runtime(ctx):
+    """What it checks: settings verl meets only minutes into the run, or never (knowledge/config_problems.toml,
+    rows with when = "late"): rollout tensor x data x pipeline parallel sizes against the devices per
+    node; the mini batch over the data-parallel ranks and each rank's share over the micro batch;
+    a group advantage estimator (GRPO, RLOO, ...) with rollout.n=1; rollout.name unset;
+    trainer.n_gpus_per_node above the devices Ray will count on this node (narrowed by
+    ASCEND_RT_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES); resume_mode=auto with save_freq=-1; Ray CPUs
+    against TransferQueue's storage actors; flash_attention_2 with flash-attn absent (not on NPU).
+
+    How the job fails without it: after Ray, the models and vLLM have started: `Total available
+    GPUs 8 is less than total desired GPUs 16` (verl/single_controller/ray/base.py), `rollout
+    world_size: 8 is not divisible by infer_world_size: 3`, `Got mini_batch_size=... and
+    self.engine.get_data_parallel_size()=...` at the first update, `FlashAttention2 has been toggled
+    on, but it cannot be used ...`. Or silently: with n=1 every advantage is 0 and the policy never
+    learns; tq.init waits forever for storage actors Ray has no CPU for; a restart begins at step 0.
+
+    Fix: the finding's override (a tensor_model_parallel_size that divides the devices per node, a
+    micro batch that divides each rank's share, rollout.n=4, the device count Ray has,
+    trainer.save_freq=20, ray_kwargs.ray_init.num_cpus, attn_implementation=sdpa).
+
+    After the fact: verl-not-enough-gpus, verl-rollout-name-missing, verl-flash-attn-missing,
+    ray-resources-unschedulable"""
     sess = _session(ctx)
     cfg = sess.composed.config
     facts = _facts(ctx)
@@ -540,8 +664,9 @@ def check_runtime(ctx):
            or get(cfg, "trainer.device") == "npu")  # flash attention comes with torch_npu there
     count, limit = visible_devices(devices, ctx.env)
     flash = _installed(facts, "flash_attn")
-    cpus = ctx.options.get("ray_cpus") or os.cpu_count()
-    problems = late_problems(cfg, devices_per_node=count, cpus=cpus, flash_attn=flash, npu=npu, devices_limit=limit)
+    cpus, cpus_from = ctx.ray_cpus()  # the cluster's own figure when given; None when judged from elsewhere
+    problems = late_problems(cfg, devices_per_node=count, cpus=cpus, flash_attn=flash, npu=npu, devices_limit=limit,
+                             cpus_from=cpus_from)
     return [_finding(p, sess) for p in problems]
 
 

@@ -1,5 +1,10 @@
 """What every check sees: the launch, the target interpreter, the directory, the environment,
-and the facts gathered about the node (lazily, once, shared by all checks)."""
+and the facts gathered about the node (lazily, once, shared by all checks).
+
+`scope` says what a run judges: "all" (this machine, as a node of the job, and the launch), "node"
+(this machine only) or "launch" (the launch alone, from a machine that is not part of the cluster,
+as CI pre-flight does: no facts of this machine are gathered, and the cluster's own figures, such
+as `--cpus-per-node`, stand in for this machine's)."""
 from __future__ import annotations
 
 import os
@@ -24,6 +29,7 @@ class CheckContext:
     options: dict[str, Any] = field(default_factory=dict)  # per-command extras (device memory, ...)
     facts: dict[str, Any] | None = None  # given for a remote node; else gathered on first use
     node: str | None = None
+    scope: str = "all"  # "all" | "node" | "launch": see the module docstring
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -40,12 +46,29 @@ class CheckContext:
             base = launch.cwd
         python = python or (launch.python if launch and launch.python else None) or "python3"
         resolved = shutil.which(python, path=env.get("PATH")) or python
+        if kw.get("scope") == "launch":
+            kw["facts"] = {}  # judged from elsewhere: nothing of this machine may count
         return cls(cwd=base, python=resolved, env=env, launch=launch, **kw)
 
     @property
     def multi_node(self) -> bool:
         n = self.nodes if self.nodes is not None else (self.launch.nnodes if self.launch else 1)
         return n > 1
+
+    @property
+    def judges_this_machine(self) -> bool:
+        return self.scope != "launch"
+
+    def ray_cpus(self) -> tuple[int | None, str]:
+        """(the CPUs Ray will have for the job, where that figure comes from): --cpus-per-node times
+        the nodes when given; else this machine's count when it is a node of the job; else unknown."""
+        per_node = self.options.get("cpus_per_node")
+        if per_node:
+            n = max(int(self.nodes if self.nodes is not None else (self.launch.nnodes if self.launch else 1)), 1)
+            return int(per_node) * n, f"--cpus-per-node {per_node} x {n} node{'s' * (n != 1)}"
+        if not self.judges_this_machine:
+            return None, "not judged: --scope launch without --cpus-per-node"
+        return os.cpu_count(), "this machine's CPUs; --cpus-per-node gives the cluster's"
 
     def prefetch(self, config: bool = False) -> None:
         """Start the slow parts in the background, once each, so the target interpreter works while

@@ -68,8 +68,26 @@ def _session(ctx):
     return session(ctx)
 
 
-@check("data.files", "data", "Training data files", needs=("launch", "config"))
+@check("data.files", "data", "Training data files", needs=("launch", "config"), scope="launch")
 def check_files(ctx):
+    """What it checks: each file of data.train_files and data.val_files, from the launch directory: it
+    exists, is a type verl's RLHFDataset reads (.parquet, .json, .jsonl), reads as parquet, and has
+    the columns verl uses: data.prompt_key as chat messages [{role, content}], data.reward_fn_key
+    (data_source) and reward_model.ground_truth; and the training files hold at least one
+    data.train_batch_size of rows. Footers and two columns are read (pyarrow), not the whole file.
+
+    How the job fails without it: when the dataset is built, after Ray starts:
+    `FileNotFoundError: Unable to find '.../train.parquet'`; a prompt column of plain strings fails
+    the chat template on every row, so the overlong filter drops them all; fewer rows than a batch
+    give an epoch of 0 steps (the dataloader drops the partial batch); without ground_truth the
+    reward manager raises a KeyError at the first step.
+
+    Fix: the path as it is from the launch directory (or absolute); the layout of verl's GSM8K
+    preprocessing (https://github.com/volcengine/verl/blob/main/examples/data_preprocess/gsm8k.py):
+    data_source, prompt=[{"role": "user", "content": ...}], reward_model={"ground_truth": ...};
+    a data.train_batch_size no larger than the rows.
+
+    After the fact: verl-data-file-not-found, verl-dataset-empty"""
     composed = _session(ctx).composed
     prompt_key = composed.get("data.prompt_key", "prompt")
     source_key = composed.get("data.reward_fn_key", "data_source")
@@ -80,10 +98,14 @@ def check_files(ctx):
         for f in _as_list(composed.get(key)):
             p = resolve(f, ctx.cwd)
             fid = f"data.{key.split('.')[1]}"
+            if not p.exists() and not ctx.judges_this_machine:  # the data lives on the cluster
+                out.append(Finding(fid, "data", "skip", f"{key}: not on this machine",
+                                   f"{p} is not here; --scope launch does not judge this machine's paths"))
+                continue
             if not p.exists():
                 out.append(Finding(fid, "data", "fail", f"{key}: file not found", f"{p} does not exist "
                                    f"(relative paths start from {ctx.cwd})", f"check {key} or --cwd",
-                                   {"path": str(p)}))
+                                   {"path": str(p), "fact": f"missing:{os.path.abspath(p)}"}))
                 continue
             if p.suffix not in SUFFIXES:
                 out.append(Finding(fid, "data", "fail", f"{key}: unsupported file type",
@@ -112,8 +134,23 @@ def check_files(ctx):
 
 
 @check("data.prompt_length", "data", "Prompt lengths vs data.max_prompt_length",
-       needs=("launch", "config_probe"))
+       needs=("launch", "config_probe"), scope="launch")
 def check_prompt_length(ctx):
+    """What it checks: the length in tokens of the training prompts against data.max_prompt_length,
+    counted as verl's RLHFDataset filter counts them: the model's own tokenizer and chat template
+    (apply_chat_template(messages, add_generation_prompt=True)), run in the target interpreter, on
+    every row or a random sample of 1000 per file (the finding says which); and that the tokenizer loads.
+
+    How the job fails without it: with data.filter_overlong_prompts=True the longer rows are dropped
+    at start-up (all of them: an empty dataset); with data.truncation='error' a long prompt raises
+    `Prompt length 700 is longer than 512`; with the filter off, prompts are left-truncated and the
+    model answers questions whose start it never saw.
+
+    Fix: data.max_prompt_length=<the longest prompt, rounded up to 64> (the finding computes it), or
+    data.filter_overlong_prompts=True to drop the few that are longer; a model path whose tokenizer
+    loads (actor_rollout_ref.model.path / tokenizer_path).
+
+    After the fact: verl-prompt-too-long-truncation-error, verl-dataset-empty, vllm-prompt-longer-than-max-model-len"""
     title = "Prompt lengths vs data.max_prompt_length"
     sess = _session(ctx)
     data = sess.probe.get("data") or {}
@@ -161,8 +198,22 @@ def _round(n: int) -> int:
     return ((int(n) + 63) // 64) * 64
 
 
-@check("data.reward", "data", "Custom reward function", needs=("launch",))
+@check("data.reward", "data", "Custom reward function", needs=("launch",), scope="launch")
 def check_reward(ctx):
+    """What it checks: the custom reward function (reward.custom_reward_function.path and .name in
+    verl 0.9): the file exists from the launch directory, loads in the target interpreter (with
+    verl's own loader where verl is installed), defines the named function, and accepts verl's call
+    `compute_score(data_source=, solution_str=, ground_truth=, extra_info=)`
+    (https://github.com/volcengine/verl/blob/main/verl/trainer/ppo/reward.py).
+
+    How the job fails without it: after the models load, minutes in: `Custom module file not found:
+    module_path='./reward.py'`, `Object not found in module: object_name='compute_score'`, or a
+    TypeError at the first reward call (a keyword the function does not take).
+
+    Fix: an absolute path, or launch from the directory that holds the file; define
+    `def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs)`.
+
+    After the fact: verl-reward-file-not-found, verl-reward-function-not-found"""
     from checks.verl_config import reward_target
 
     title = "Custom reward function"
@@ -210,8 +261,20 @@ def registered_source(source: str, table: dict) -> bool:
     return source in table.get("exact", []) or any(source.startswith(p) for p in table.get("prefixes", []))
 
 
-@check("config.reward_source", "config", "Every data_source has a scorer", needs=("launch",))
+@check("config.reward_source", "config", "Every data_source has a scorer", needs=("launch",), scope="launch")
 def check_reward_source(ctx):
+    """What it checks: without a custom reward function, that every data_source in the training
+    files has a scorer in verl's default_compute_score (asked of verl itself in the config probe
+    where verl is installed, else the list in knowledge/verl_keys.toml [reward_sources]).
+
+    How the job fails without it: in the first step, after rollout: `NotImplementedError: Reward
+    function is not implemented for data_source='my_math'`
+    (https://github.com/volcengine/verl/blob/main/verl/utils/reward_score/__init__.py).
+
+    Fix: reward.custom_reward_function.path=<file.py> reward.custom_reward_function.name=compute_score,
+    or write the data_source verl scores (e.g. openai/gsm8k) into the files.
+
+    After the fact: verl-reward-data-source-unknown"""
     from checks.config import key_table
     from checks.verl_config import reward_target
 

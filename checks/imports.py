@@ -38,8 +38,21 @@ def _how_to_remove(copy: dict, name: str, cwd) -> str:
     return f"rename it: mv {path} {path}.src"
 
 
-@check("imports.probe", "imports", "The target interpreter answers")
+@check("imports.probe", "imports", "The target interpreter answers", scope="node")
 def probe_runs(ctx):
+    """What it checks: that the interpreter which will run training (--python, else the one the launch
+    names, else python3 on PATH) starts from the launch directory with the launch's environment, and
+    answers doctor's probe (probes/target.py, one subprocess, bounded by --timeout): its executable,
+    version and sys.path. Every imports and versions check reads this answer.
+
+    How the job fails without it: the launch dies before verl runs a line: `python: command not
+    found`, a venv whose base interpreter was removed, a sitecustomize or .pth that raises, or the
+    wrong interpreter, which then says `No module named verl` (or `No module named 'vllm'`).
+
+    Fix: make it start where the job starts: `cd <launch dir> && <python> -c 'import sys; print(sys.path)'`;
+    point the launch (or --python) at the environment that has verl installed.
+
+    After the fact: python-entry-module-missing, python-module-not-found"""
     probe = probe_of(ctx)
     if not probe.get("ok"):
         return [_finding(
@@ -53,8 +66,26 @@ def probe_runs(ctx):
                      evidence={"sys_path": probe.get("sys_path"), "seconds": probe.get("seconds")})]
 
 
-@check("imports.shadowed", "imports", "Packages import from their installed copy", needs=("probe",))
+@check("imports.shadowed", "imports", "Packages import from their installed copy", needs=("probe",), scope="node")
 def shadowed(ctx):
+    """What it checks: for each package of the stack (knowledge/stack.toml: torch, torch_npu, vllm,
+    vllm_ascend, verl, transformers, ray, flash_attn), where `import X` resolves for the target
+    interpreter started from the launch directory, against where the installed distribution keeps
+    its files (its dist-info). A winner that is not the installed copy is the finding, with the
+    sys.path entry that put it first (the launch directory, PYTHONPATH, a .pth line or an import hook).
+
+    How the job fails without it: `python -m` puts the current directory first on sys.path
+    (https://docs.python.org/3/using/cmdline.html#cmdoption-m), so a vllm/ or torch_npu/ source tree
+    there is imported instead of the wheel, without its compiled parts: `ImportError: cannot import
+    name ... from 'vllm' (.../vllm/__init__.py)`, `No module named 'vllm._C'` or `No module named
+    'torch_npu._C'`: "installed, yet import fails", the seed article's section 5.2.
+
+    Fix: take the copy off the path as the finding says: `mv vllm vllm.src`, drop the directory from
+    PYTHONPATH or the .pth file that adds it, or launch from another directory. A source tree nobody
+    installed: `pip install -e <checkout>` or `pip install <package>`.
+
+    After the fact: python-shadowed-package-source-tree, python-shadowed-package-unknown-location,
+    npu-torch-npu-source-shadow, python-installed-package-lacks-name"""
     out = []
     for name, pkg in _stack(probe_of(ctx)):
         spec = pkg.get("spec")
@@ -88,8 +119,20 @@ def shadowed(ctx):
     return out
 
 
-@check("imports.namespace", "imports", "No package resolves to a bare directory", needs=("probe",))
+@check("imports.namespace", "imports", "No package resolves to a bare directory", needs=("probe",), scope="node")
 def namespace(ctx):
+    """What it checks: that no package of the stack resolves to a bare directory, a namespace package
+    with no __init__.py (PEP 420, https://peps.python.org/pep-0420/), and that resolving it does not
+    raise (a broken .pth line or finder).
+
+    How the job fails without it: an empty or half-copied vllm/ (or verl/) directory on the path
+    makes `import vllm` succeed with `vllm.__file__` None, and the first `from vllm import LLM` fails
+    with `ImportError: cannot import name 'LLM' from 'vllm' (unknown location)`.
+
+    Fix: rename the directory so the installed copy is found (`mv vllm vllm.src`); where nothing is
+    installed, `pip install <package>` first.
+
+    After the fact: python-shadowed-package-unknown-location"""
     out = []
     for name, pkg in _stack(probe_of(ctx)):
         spec = pkg.get("spec") or {}
@@ -112,8 +155,22 @@ def namespace(ctx):
     return out
 
 
-@check("imports.duplicates", "imports", "One copy of each package on the path", needs=("probe",))
+@check("imports.duplicates", "imports", "One copy of each package on the path", needs=("probe",), scope="node")
 def duplicates(ctx):
+    """What it checks: that each package of the stack has one copy on the target interpreter's path:
+    when the installed copy wins, no other directory of the same name further down sys.path, and
+    no second set of distribution metadata (two dist-info of one package, e.g. from a `pip install
+    --user` over a venv, or two versions in one site-packages).
+
+    How the job fails without it: the job works from this directory and breaks from another, or on
+    a node with another PYTHONPATH: Ray workers start with the environment of each node's `ray
+    start`, so the driver and its workers can load different copies (a version mismatch inside one
+    job: undefined symbols, `cannot import name`); pip reports the wrong version.
+
+    Fix: keep one: `pip uninstall <package>` until none is left, then `pip install` it once; rename
+    stray source trees (`mv DIR DIR.src`).
+
+    After the fact: python-installed-package-lacks-name, npu-torch-npu-symbol-mismatch"""
     out = []
     for name, pkg in _stack(probe_of(ctx)):
         win = winner_path(pkg.get("spec"))

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from checks.model import Finding
+from checks.model import Problem
 from checks.registry import check
 
 WARN_RATIO = 0.9
@@ -80,9 +80,10 @@ def _run(argv: list[str], timeout: float) -> str:
 
 
 def device_memory(option: str | None = None, device: str | None = None,
-                  timeout: float = 10.0) -> tuple[int | None, str]:
+                  timeout: float = 10.0, measure: bool = True) -> tuple[int | None, str]:
     """(bytes per device, where the number came from). An explicit --device-memory wins, then a
-    named device from the table, then what the smi tool on this machine reports."""
+    named device from the table, then what the smi tool on this machine reports (unless `measure`
+    is off: this machine's devices are not the launch's)."""
     if option:
         found = lookup_device(option) if not _SIZE.match(option) else None
         if found:
@@ -92,51 +93,50 @@ def device_memory(option: str | None = None, device: str | None = None,
         found = lookup_device(device)
         if found:
             return found["memory_gib"] * 2**30, f"device table: {found['name']} ({found['source']})"
-    measured = smi_memory(timeout)
+    measured = smi_memory(timeout) if measure else None
     if measured:
         size, source = measured
         return size, source
+    if not measure:
+        return None, "unknown (this machine's devices are not the launch's: pass --device-memory 64GiB or a device name such as 910B3)"
     return None, "unknown (no nvidia-smi / npu-smi here; pass --device-memory 64GiB or a device name such as 910B3)"
 
 
-def model_config(path: str | None, cwd: Path) -> tuple[dict | None, str]:
-    """The HF config.json of the actor model (a directory or the file itself)."""
-    if not path:
-        return None, "no actor_rollout_ref.model.path"
-    p = Path(os.path.expanduser(str(path)))
-    p = p if p.is_absolute() else cwd / p
-    f = p / "config.json" if p.is_dir() else p
-    try:
-        return json.loads(f.read_text()), str(f)
-    except FileNotFoundError:
-        return None, f"{f} not found on this machine"
-    except (OSError, ValueError) as exc:
-        return None, f"{f}: {exc}"
+def model_config(path: str | None, cwd: Path, env: dict[str, str] | None = None) -> tuple[dict | None, str]:
+    """The HF config.json of the actor model and where it came from: the path (a directory or the
+    file itself), else the Hugging Face cache, else doctor's model table (checks.model_source)."""
+    from checks.model_source import find
+
+    found = find(path, cwd, env)
+    if found.config is None:
+        return None, found.where
+    label = {"path": "", "hf-cache": "Hugging Face cache: ", "table": ""}[found.origin]
+    return found.config, label + found.where
 
 
 def estimate_for(ctx):
-    """(MemoryEstimate or None, notes) for the launch of a check context."""
+    """(MemoryEstimate or None, notes, where the model config came from) for a check context."""
     from checks.plan import memory_estimate
     from checks.verl_config import session
 
     sess = session(ctx)
     composed = sess.composed
     if composed.config is None:
-        return None, "the config did not compose (see config findings)"
+        return None, "the config did not compose (see config findings)", ""
     cfg = composed.flat
-    mcfg, where = model_config(cfg.get("actor_rollout_ref.model.path"), ctx.cwd)
+    mcfg, where = model_config(cfg.get("actor_rollout_ref.model.path"), ctx.cwd, ctx.env)
     if mcfg is None:
-        return None, f"model config: {where}"
+        return None, f"model config: {where}", ""
     try:
         capacity, cap_source = device_memory(ctx.options.get("device_memory"), ctx.options.get("device"),
-                                             timeout=ctx.timeout)
+                                             timeout=ctx.timeout, measure=ctx.judges_this_machine)
     except SizeError as exc:
-        return None, str(exc)
+        return None, str(exc), where
     try:
         est = memory_estimate(cfg, mcfg, capacity)
     except (KeyError, TypeError, ValueError) as exc:
-        return None, f"{where}: cannot read the model shape ({type(exc).__name__}: {exc})"
-    return est, cap_source
+        return None, f"{where}: cannot read the model shape ({type(exc).__name__}: {exc})", where
+    return est, cap_source, where
 
 
 def describe(est) -> str:
@@ -158,31 +158,43 @@ def fixes(est) -> str:
     return "\n".join(lines)
 
 
-@check("memory.estimate", "memory", "Device memory for the GRPO job (estimate)", needs=("launch",))
+@check("memory.estimate", "memory", "Device memory for the GRPO job (estimate)", needs=("launch",), scope="launch")
 def check_memory(ctx):
-    est, note = estimate_for(ctx)
-    title = "Device memory for the GRPO job (estimate)"
+    """What it checks: the peak device memory per device of the colocated GRPO job, phase by phase
+    (generate, weight_sync, log_prob, ref_log_prob, update), from the model's config.json (under its
+    path, else the Hugging Face cache, else the table in knowledge/models.toml) and the composed
+    config: weights, gradients and Adam states sharded by FSDP (and offloaded where set), activations of one micro batch (with or without gradient checkpointing), logits, vLLM's
+    gpu_memory_utilization share, the reference model (formulas: checks/plan.py). Against the device
+    memory (--device-memory, a device named in knowledge/devices.toml, else nvidia-smi / npu-smi):
+    fail above it, warn above 90% (fragmentation and communication buffers are not modelled).
+
+    How the job fails without it: out of memory minutes in, in the phase with the peak, after Ray,
+    the models and vLLM have started: `NPU out of memory. Tried to allocate ...`, `CUDA out of
+    memory`, vLLM's `No available memory for the cache blocks`; each retry pays the start-up again.
+
+    Fix: the cheapest overrides that bring the peak under, each with its new peak (a smaller
+    ppo_micro_batch_size_per_gpu or log_prob micro batch, a lower rollout.gpu_memory_utilization,
+    param/optimizer offload, gradient checkpointing); else more devices or a smaller model.
+
+    After the fact: npu-oom, memory-cuda-oom, npu-oom-rollout-init, memory-oom-generate,
+    memory-oom-weight-sync, memory-oom-log-prob, memory-oom-ref-log-prob, memory-oom-update,
+    vllm-no-cache-blocks, vllm-free-memory-below-utilization"""
+    est, note, where = estimate_for(ctx)
     if est is None:
-        return [Finding("memory.estimate", "memory", "skip", title, note)]
-    evidence = {**est.to_dict(), "capacity_source": note}
+        return [Problem("skip", note)]
+    evidence = {**est.to_dict(), "capacity_source": note, "model_config": where}
+    source = f"; model config from {where}"
     if est.capacity is None:
-        return [Finding("memory.estimate", "memory", "pass", title,
-                        describe(est) + f"; device memory {note}", evidence=evidence)]
+        return [Problem("pass", describe(est) + f"; device memory {note}{source}", evidence=evidence)]
     if not est.fits:
         fix = fixes(est) or "no single knob is enough: use more devices (trainer.n_gpus_per_node / nnodes) or a smaller model"
-        return [Finding("memory.estimate", "memory", "fail", "Estimated peak exceeds device memory",
-                        describe(est), fix, evidence)]
+        return [Problem("fail", describe(est) + source, fix, evidence, title="Estimated peak exceeds device memory")]
     if est.ratio > WARN_RATIO:
         from checks.plan import suggestions
 
-        cfg_fix = suggestions(ctx.__dict__["_config_session"].composed.flat, _mcfg(ctx),
-                              int(est.capacity * WARN_RATIO))
+        sess = ctx.__dict__["_config_session"]
+        mcfg = model_config(sess.composed.get("actor_rollout_ref.model.path"), ctx.cwd, ctx.env)[0] or {}
+        cfg_fix = suggestions(sess.composed.flat, mcfg, int(est.capacity * WARN_RATIO))
         fix = "\n".join(" ".join(s["overrides"]) for s in cfg_fix)
-        return [Finding("memory.estimate", "memory", "warn", "Estimated peak above 90% of device memory",
-                        describe(est), fix, evidence)]
-    return [Finding("memory.estimate", "memory", "pass", title, describe(est), evidence=evidence)]
-
-
-def _mcfg(ctx) -> dict:
-    sess = ctx.__dict__["_config_session"]
-    return model_config(sess.composed.get("actor_rollout_ref.model.path"), ctx.cwd)[0] or {}
+        return [Problem("warn", describe(est) + source, fix, evidence, title="Estimated peak above 90% of device memory")]
+    return [Problem("pass", describe(est) + source, evidence=evidence)]

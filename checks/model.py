@@ -4,12 +4,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-CATEGORIES = (
-    "imports", "versions", "network", "workdir", "memory", "config", "data", "cluster", "other",
-)
-STATUSES = ("pass", "warn", "fail", "skip")
-# Worst first; used to fold many findings into one verdict.
-_SEVERITY = {"fail": 3, "warn": 2, "skip": 1, "pass": 0}
+from knowledge.vocabulary import CATEGORIES, SEVERITY as _SEVERITY, STATUSES
+
+__all__ = ["CATEGORIES", "STATUSES", "Finding", "Problem", "overall_status", "exit_code"]
 
 
 @dataclass
@@ -40,17 +37,14 @@ class Finding:
 @dataclass
 class Problem:
     """What a check returns: the verdict and its words. The runner turns it into a Finding with
-    the check's own id, category and title (or `title`, where one problem needs its own words)."""
+    the check's own id, category and title (or `title`, where one problem needs its own words),
+    and the Finding validates the status."""
 
     status: str
     message: str = ""
     fix: str = ""
     evidence: dict[str, Any] = field(default_factory=dict)
     title: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"unknown status {self.status!r}")
 
 
 def overall_status(findings: list[Finding], strict: bool = False) -> str:

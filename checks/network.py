@@ -5,7 +5,8 @@ excludes, a leading `=` means exact names (`^=` both). GLOO_SOCKET_IFNAME takes 
 TP_SOCKET_IFNAME one exact name, HCCL_IF_IP one local address (it wins over HCCL_SOCKET_IFNAME).
 With GLOO_SOCKET_IFNAME unset, Gloo binds to what the hostname resolves to; a hostname resolving
 to loopback makes every rank advertise 127.x and the job fails in connectFullMesh, silently.
-(research/ascend.md 5.1; DESIGN.md "Semantics that are easy to get wrong")
+(HCCL, NCCL and Gloo documentation of each variable; Gloo resolves the hostname only when its
+variable is unset)
 """
 from __future__ import annotations
 
@@ -87,8 +88,27 @@ def _judge_selected(ctx, var, value, chosen, ifaces, how) -> Finding | None:
 
 
 @check("network.interfaces", "network", "Communication interface variables name real interfaces",
-       needs=("multi_node",))
+       needs=("multi_node",), scope="node")
 def interfaces(ctx):
+    """What it checks: for a multi-node job, that each communication variable set here names an
+    interface this node has, up and with IPv4, under that variable's own syntax: NCCL_SOCKET_IFNAME
+    and HCCL_SOCKET_IFNAME take name prefixes with `^` (exclude) and `=` (exact)
+    (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-socket-ifname,
+    https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/83RC1/maintenref/envvar/envref_07_0075.html);
+    GLOO_SOCKET_IFNAME takes exact names and TP_SOCKET_IFNAME exactly one
+    (https://docs.pytorch.org/docs/stable/distributed.html#common-environment-variables); HCCL_IF_IP
+    must be an address of this node, not loopback. Loopback or a container bridge is a warning.
+
+    How the job fails without it: at the first collective, minutes after launch: Gloo raises
+    `Unable to find address for: eth7` (or takes `^docker0` as a literal name), NCCL prints
+    `Bootstrap : no socket interface found`, HCCL says `... by HCCL_SOCKET_IFNAME, but not found in
+    the environment` and HcclCommInitRootInfo fails; a bridge or loopback address makes peers hang.
+
+    Fix: `export VAR=<the interface that routes to the head>` (`ip route get <head ip>` names it) on
+    every node before `ray start`; HCCL_IF_IP: this node's own cluster address, a different value per node.
+
+    After the fact: gloo-socket-ifname-not-found, nccl-socket-ifname-not-found, nccl-no-socket-interface,
+    hccl-socket-ifname-not-found, hccl-comm-init-failed"""
     facts = ctx.get_facts()
     ifaces, env = facts.get("interfaces") or {}, facts.get("comm_env") or {}
     out = []
@@ -157,8 +177,25 @@ def _platform(ctx) -> str:
 
 
 @check("network.unset", "network", "Interface variables are set where the choice is ambiguous",
-       needs=("multi_node",))
+       needs=("multi_node",), scope="node")
 def unset(ctx):
+    """What it checks: for a multi-node job on a node with two or more candidate interfaces (up, IPv4,
+    neither loopback nor a container bridge), that GLOO_SOCKET_IFNAME is set, and HCCL_SOCKET_IFNAME
+    on Ascend (unless HCCL_IF_IP is) or NCCL_SOCKET_IFNAME on NVIDIA.
+
+    How the job fails without it: each library chooses on its own: Gloo by the hostname, HCCL the
+    first NIC in name order (docker and lo last,
+    https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/83RC1/maintenref/envvar/envref_07_0075.html),
+    NCCL by its own order. When the chosen NIC does not route to the other nodes, the job hangs
+    in its first collective until a timeout (HCCL EI0006 socket timeout, Gloo connectFullMesh, NCCL
+    watchdog), with nothing naming the interface.
+
+    Fix: `export GLOO_SOCKET_IFNAME=<iface>` and `export HCCL_SOCKET_IFNAME=<iface>` (NVIDIA:
+    `NCCL_SOCKET_IFNAME`) on every node before `ray start`, as the seed article's section 3.3 does
+    (eth6 there); the finding suggests the interface that routes to MASTER_ADDR.
+
+    After the fact: gloo-connect-full-mesh-failed, hccl-socket-timeout, hccl-transport-init-error,
+    nccl-watchdog-timeout"""
     facts = ctx.get_facts()
     ifaces, env = facts.get("interfaces") or {}, facts.get("comm_env") or {}
     cands = candidates(ifaces)
@@ -181,8 +218,21 @@ def unset(ctx):
 
 
 @check("network.hostname", "network", "The hostname resolves to a reachable address",
-       needs=("multi_node",))
+       needs=("multi_node",), scope="node")
 def hostname(ctx):
+    """What it checks: for a multi-node job with GLOO_SOCKET_IFNAME unset, that this node's hostname
+    resolves, and to an address other than loopback. With GLOO_SOCKET_IFNAME set Gloo never resolves
+    the hostname, and a single-node job does not care.
+
+    How the job fails without it: Gloo binds to what the hostname resolves to; containers often map
+    it to 127.0.0.1 or 127.0.1.1 in /etc/hosts, so every rank advertises loopback with no warning and
+    the job fails in `connectFullMesh` (or Gloo falls back to loopback when the name does not resolve
+    at all): https://github.com/pytorch/pytorch/blob/main/torch/csrc/distributed/c10d/ProcessGroupGloo.cpp.
+
+    Fix: `export GLOO_SOCKET_IFNAME=<cluster interface>` on every node before `ray start`, or map the
+    hostname to the node's cluster address in /etc/hosts (`<ip> <hostname>`).
+
+    After the fact: gloo-hostname-loopback, gloo-loopback-fallback, gloo-connect-full-mesh-failed"""
     facts = ctx.get_facts()
     host, env, ifaces = facts.get("hostname") or {}, facts.get("comm_env") or {}, facts.get("interfaces") or {}
     if env.get("GLOO_SOCKET_IFNAME"):

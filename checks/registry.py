@@ -13,11 +13,17 @@ the `checks.cluster.ClusterView`, not the context).
 
 What a check cannot run without (a launch, a probed interpreter, a composed config...) it declares
 with `needs=`; when one is missing the runner records the skip, worded once, in `NEEDS`.
+
+The check function's docstring is its page (`doctor rules <check-id>`), in four sections, in order:
+`What it checks:`, `How the job fails without it:`, `Fix:` and `After the fact:` (the explain rule
+ids that name the same failure in a log, comma separated, or `-`). `Check.page()` reads them.
 """
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -79,6 +85,10 @@ class Check:
     fn: CheckFn
     needs: tuple[str, ...] = ()  # names in NEEDS; the first one missing skips the check
     scope: str = "node"
+    owns: tuple[str, ...] = ()  # kinds of fact this check reports for every check (see one_finding_per_fact)
+
+    def page(self) -> Page:
+        return read_page(self.id, self.fn.__doc__)
 
     def finding(self, out: Finding | Problem, node: str | None) -> Finding:
         if isinstance(out, Finding):
@@ -87,10 +97,47 @@ class Check:
                        out.evidence, node)
 
 
+PAGE_SECTIONS = ("What it checks", "How the job fails without it", "Fix", "After the fact")
+
+
+class PageError(ValueError):
+    """A check whose docstring is not a page in the four sections."""
+
+
+@dataclass(frozen=True)
+class Page:
+    what: str
+    fails: str
+    fix: str
+    rules: tuple[str, ...]  # explain rule ids for the same failure after the fact
+
+
+def read_page(check_id: str, doc: str | None) -> Page:
+    """The four sections of a check's docstring; PageError names what is missing or out of order."""
+    text = inspect.cleandoc(doc or "")
+    found = []
+    for label in PAGE_SECTIONS:
+        m = re.search(rf"^{re.escape(label)}:", text, re.M)
+        if not m:
+            raise PageError(f"{check_id}: its docstring has no '{label}:' section")
+        found.append(m)
+    if [m.start() for m in found] != sorted(m.start() for m in found) or found[0].start() != 0:
+        raise PageError(f"{check_id}: the docstring must be exactly the sections {', '.join(PAGE_SECTIONS)}, in order")
+    ends = [m.start() for m in found[1:]] + [len(text)]
+    # each section's paragraphs as single lines: the renderer wraps them to its width
+    what, fails, fix, after = ("\n\n".join(" ".join(p.split()) for p in re.split(r"\n\s*\n", text[m.end():end].strip()))
+                               for m, end in zip(found, ends))
+    if not all((what, fails, fix, after)):
+        raise PageError(f"{check_id}: a section of its docstring is empty (write '-' for no explain rule)")
+    rules = () if after == "-" else tuple(r.strip() for r in after.split(",") if r.strip())
+    return Page(what, fails, fix, rules)
+
+
 _REGISTRY: dict[str, Check] = {}
 
 
-def check(id: str, category: str, title: str, needs: tuple[str, ...] = (), scope: str = "node"):
+def check(id: str, category: str, title: str, needs: tuple[str, ...] = (), scope: str = "node",
+          owns: tuple[str, ...] = ()):
     if scope not in SCOPES:
         raise ValueError(f"{id}: unknown scope {scope!r}; choose from {', '.join(SCOPES)}")
     if category not in CATEGORIES:
@@ -102,10 +149,12 @@ def check(id: str, category: str, title: str, needs: tuple[str, ...] = (), scope
         raise ValueError(f"{id}: {sorted(SESSION_NEEDS & set(needs))[0]!r} needs 'launch' first")
 
     def deco(fn: CheckFn) -> CheckFn:
+        if fn.__module__.split(".")[0] != "checks":  # only the package's modules are discovered and run
+            raise ValueError(f"{id}: defined in {fn.__module__}, outside the checks package: it would never run")
         seen = _REGISTRY.get(id)
         if seen and (seen.fn.__module__, seen.fn.__qualname__) != (fn.__module__, fn.__qualname__):
             raise ValueError(f"check id {id!r} is registered twice ({seen.fn.__module__}, {fn.__module__})")
-        _REGISTRY[id] = Check(id, category, title, fn, tuple(needs), scope)
+        _REGISTRY[id] = Check(id, category, title, fn, tuple(needs), scope, tuple(owns))
         return fn
 
     return deco
@@ -178,7 +227,27 @@ def run_checks(checks: list[Check], ctx, workers: int = 8) -> list[CheckResult]:
 def run_each(checks: list[Check], ctx, workers: int = 8) -> list[CheckResult]:
     with ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(lambda c: _run_one(c, ctx), checks))
-    return [CheckResult(c, out, secs) for c, (out, secs) in zip(checks, results)]
+    return one_finding_per_fact([CheckResult(c, out, secs) for c, (out, secs) in zip(checks, results)])
+
+
+def one_finding_per_fact(results: list[CheckResult]) -> list[CheckResult]:
+    """Two checks that see the same fact (evidence `fact`, e.g. "missing:/abs/path") report it
+    once: the check that owns that kind of fact keeps its finding, the other refers to it."""
+    owner: dict[str, Finding] = {}
+    for r in results:
+        for f in r.findings:
+            fact = f.evidence.get("fact") if isinstance(f.evidence, dict) else None
+            if fact and fact.split(":", 1)[0] in r.check.owns and f.status in ("fail", "warn"):
+                owner.setdefault(fact, f)
+    if not owner:
+        return results
+    for r in results:
+        for i, f in enumerate(r.findings):
+            kept = owner.get(f.evidence.get("fact") if isinstance(f.evidence, dict) else None)
+            if kept is not None and kept is not f and kept.id != f.id:
+                r.findings[i] = Finding(f.id, f.category, "skip", f.title,
+                                        f"the same fact as {kept.id}: {kept.title}", "", f.evidence, f.node)
+    return results
 
 
 def flatten(results: list[CheckResult]) -> list[Finding]:

@@ -6,6 +6,7 @@ article's "cd /verl before running the script" (its section 2.3).
 """
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -21,8 +22,24 @@ def _finding(ctx, id, status, title, message="", fix="", evidence=None) -> Findi
 
 
 @check("workdir.paths", "workdir", "Paths in the launch exist from the launch directory",
-       needs=("launch",))
+       needs=("launch",), owns=("missing",), scope="node")
 def paths(ctx):
+    """What it checks: every path the launch names (data.train_files, data.val_files,
+    actor_rollout_ref.model.path, critic.model.path, reward.custom_reward_function.path,
+    custom_reward_function.path, trainer.default_local_dir), resolved from the launch directory as
+    verl will resolve it: it exists (the reward file is a file), the checkpoint directory can be
+    created; a relative model path shaped like a hub id (org/name) is a warning. For a missing
+    relative path it names the directory the path does exist from.
+
+    How the job fails without it: the same script started from another directory fails minutes in:
+    `FileNotFoundError: Unable to find 'data/gsm8k/train.parquet'`, `... is not a local folder and
+    is not a valid model identifier`; a hub-shaped path is downloaded on every node (offline nodes
+    fail); an unwritable checkpoint directory fails at the first save.
+
+    Fix: cd to the directory the finding names before launching (the seed article's "cd into verl
+    first", section 2.3), or use absolute paths; a writable trainer.default_local_dir.
+
+    After the fact: verl-data-file-not-found, verl-model-path-invalid, verl-reward-file-not-found"""
     out = []
     for item in ctx.get_facts().get("paths") or []:
         key, value, where = item["option"], item["value"], item["resolved"]
@@ -38,6 +55,7 @@ def paths(ctx):
                                     f"{where} must be a Python file", f"{key}=<path to the .py file>", item))
             continue
         rel = f" from the launch directory {ctx.cwd}" if item["relative"] else ""
+        item = {**item, "fact": f"missing:{os.path.abspath(where)}"}  # data.files sees it too
         found = item.get("found_from") or []
         if found:
             fix = f"cd {found[0]}  (where {value} exists) before launching, or use an absolute path: " \
@@ -59,8 +77,20 @@ def paths(ctx):
 
 
 @check("workdir.source_trees", "workdir", "No source tree in the launch directory can shadow a package",
-       needs=("launch",))
+       needs=("launch",), scope="node")
 def source_trees(ctx):
+    """What it checks: package directories (with __init__.py) in the launch directory named like a
+    package of the stack (verl/, vllm/, torch_npu/, ...) that do not win with this launch but would
+    with `python -m ...` started there (imports.shadowed reports the ones that already win).
+
+    How the job fails without it: the day the job is launched as `python -m verl.trainer.main_ppo`
+    from this directory, `python -m` puts it first on sys.path
+    (https://docs.python.org/3/using/cmdline.html#cmdoption-m) and the tree shadows the installed
+    package: `ImportError: cannot import name ... (.../vllm/__init__.py)`, `No module named 'vllm._C'`.
+
+    Fix: `mv vllm vllm.src` (rename the tree), or keep source checkouts out of the launch directory.
+
+    After the fact: python-shadowed-package-source-tree, npu-torch-npu-source-shadow"""
     facts = ctx.get_facts()
     probe = probe_of(ctx)
     out = []
@@ -79,8 +109,20 @@ def source_trees(ctx):
 
 
 @check("workdir.entry", "workdir", "The launch's entry point is found from the launch directory",
-       needs=("launch",))
+       needs=("launch",), scope="node")
 def entry(ctx):
+    """What it checks: that the launch directory exists on this node; for `python -m MODULE`, that
+    the target interpreter finds the module from there; for `python script.py`, that the script
+    exists from there. When it is missing it names the checkouts that have it.
+
+    How the job fails without it: at once: `python: Error while finding module specification for
+    'verl.trainer.main_ppo' (ModuleNotFoundError: No module named 'verl')`, `can't open file
+    'main.py': [Errno 2] No such file or directory`, `bash: run_grpo.sh: No such file or directory`.
+
+    Fix: cd into the checkout that contains the module (the finding names it), fix the `cd` in the
+    launch script, or `pip install verl` into the interpreter that runs the job.
+
+    After the fact: python-entry-module-missing, workdir-script-not-found, workdir-shell-script-not-found"""
     launch = ctx.launch
     facts = ctx.get_facts()
     probe = probe_of(ctx)

@@ -10,9 +10,9 @@ from dataclasses import replace
 
 from checks.model import CATEGORIES, Finding, overall_status
 from checks.registry import CheckResult, flatten
+from knowledge.vocabulary import MARKS
 
 CHECK_SCHEMA = "doctor.check/v1"
-MARKS = {"pass": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red"), "skip": ("-", "dim")}
 ANSI = {"green": "32", "yellow": "33", "red": "31", "dim": "2", "bold": "1"}
 
 
@@ -33,12 +33,18 @@ def redacted(results: list[CheckResult]) -> list[CheckResult]:
     return [CheckResult(r.check, [clean(f) for f in r.findings], r.seconds) for r in results]
 
 
+# What a finding of each check scope judged, in the words of the human report.
+JUDGED = {"node": "this machine", "launch": "the launch", "cluster": "the cluster"}
+
+
 def check_document(results: list[CheckResult], strict: bool = False) -> dict:
-    findings = flatten(redacted(results))
+    """doctor.check/v1. Each finding carries its check's scope: what it judged (`node`: this machine,
+    or the node named in `node`; `launch`: the launch; `cluster`: the nodes compared)."""
+    results = redacted(results)
     return {
         "schema": CHECK_SCHEMA,
-        "status": overall_status(findings, strict),
-        "findings": [f.to_dict() for f in findings],
+        "status": overall_status(flatten(results), strict),
+        "findings": [{**f.to_dict(), "scope": r.check.scope} for r in results for f in r.findings],
     }
 
 
@@ -53,26 +59,29 @@ def _worst(findings: list[Finding]) -> str:
 
 
 def to_human(results: list[CheckResult], verbose: bool = False, strict: bool = False,
-             file=None) -> None:
+             file=None, judged: str | None = None) -> None:
     file = file or sys.stdout
     paint = _painter(file)
     results = redacted(results)
-    by_cat: "OrderedDict[str, list[Finding]]" = OrderedDict((c, []) for c in CATEGORIES)
-    for f in flatten(results):
-        by_cat[f.category].append(f)
-    lines = ["Doctor summary (details: doctor check -v):"]
+    by_cat: "OrderedDict[str, list[tuple[Finding, str]]]" = OrderedDict((c, []) for c in CATEGORIES)
+    for r in results:
+        for f in r.findings:
+            by_cat[f.category].append((f, r.check.scope))
+    about = f" of {judged}" if judged else ""
+    lines = [f"Doctor summary{about} (details: doctor check -v):"]
     problems = 0
-    for cat, fs in by_cat.items():
-        if not fs:
+    for cat, scoped in by_cat.items():
+        if not scoped:
             continue
+        fs = [f for f, _ in scoped]
         mark, colour = MARKS[_worst(fs)]
         bad = [f for f in fs if f.status in ("fail", "warn")]
         note = f" - {len(bad)} problem{'s' * (len(bad) != 1)}" if bad else ""
         lines.append(f"{paint(f'[{mark}]', colour)} {cat}{note}")
         problems += bool(bad)
-        for f in fs:
+        for f, scope in scoped:
             if f.status in ("fail", "warn") or verbose:
-                lines += _finding_lines(f, verbose, paint)
+                lines += _finding_lines(f, verbose, paint, scope)
     status = overall_status(flatten(results), strict)
     if problems:
         lines.append("\n" + paint(f"Doctor found issues in {problems} categor{'ies' if problems != 1 else 'y'}.",
@@ -82,10 +91,11 @@ def to_human(results: list[CheckResult], verbose: bool = False, strict: bool = F
     print("\n".join(lines), file=file)
 
 
-def _finding_lines(f: Finding, verbose: bool, paint) -> list[str]:
+def _finding_lines(f: Finding, verbose: bool, paint, scope: str = "node") -> list[str]:
     mark, colour = MARKS[f.status]
     node = " " + paint(f"({f.node})", "dim") if f.node else ""
-    lines = [f"    {paint(mark, colour)} {f.title}{node} {paint(f.id, 'dim')}"]
+    judged = f"node {f.node}" if f.node and scope == "node" else JUDGED[scope]
+    lines = [f"    {paint(mark, colour)} {f.title}{node} {paint(f'{f.id} · {judged}', 'dim')}"]
     lines += [f"      {line}" for line in f.message.splitlines()]
     if f.fix and f.status in ("fail", "warn"):
         for i, line in enumerate(f.fix.splitlines()):
@@ -159,11 +169,12 @@ def _gh_escape(s: str) -> str:
 def to_github(results: list[CheckResult]) -> str:
     """GitHub workflow commands: ::error / ::warning, one per problem."""
     out = []
-    for f in flatten(redacted(results)):
+    scoped = [(f, r.check.scope) for r in redacted(results) for f in r.findings]
+    for f, scope in scoped:
         if f.status not in ("fail", "warn"):
             continue
         level = "error" if f.status == "fail" else "warning"
-        title = _gh_escape(f"{f.id}: {f.title}").replace(",", "%2C").replace("::", "%3A%3A")
+        title = _gh_escape(f"{f.id} ({JUDGED[scope]}): {f.title}").replace(",", "%2C").replace("::", "%3A%3A")
         body = f.message + (f"\nfix: {f.fix}" if f.fix else "")
         out.append(f"::{level} title={title}::{_gh_escape(body or f.title)}")
     return "\n".join(out)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import re2
 
+from knowledge.vocabulary import CATEGORIES, PHASES, PLATFORMS
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -20,10 +22,6 @@ else:  # pragma: no cover
 
 RULES_DIR = Path(__file__).resolve().parents[1] / "knowledge" / "rules"
 
-CATEGORIES = ("imports", "versions", "network", "workdir", "memory", "config", "data", "cluster",
-              "other")
-PLATFORMS = ("npu", "gpu", "any")
-PHASES = ("rollout_init", "generate", "weight_sync", "log_prob", "ref_log_prob", "update")
 ID_SHAPE = re2.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
 _REQUIRED = ("id", "category", "title", "platforms", "patterns", "cause", "fix", "references")

@@ -38,7 +38,7 @@ class _Rules:
     not_secret: re.Pattern
     common_values: frozenset[str]
     min_literal: int
-    values: tuple[tuple[str, re.Pattern, int], ...]  # (id, pattern, group to replace)
+    values: tuple[tuple[str, re.Pattern, int, re.Pattern | None], ...]  # (id, pattern, group, not_if)
     hints: tuple[str, ...]  # RE2 patterns: a line without any of them needs no redaction
 
 
@@ -53,8 +53,8 @@ def _rules() -> _Rules:
         not_secret=re.compile("|".join(f"(?:{p})" for p in data["not_secret"]["names"])),
         common_values=frozenset(v.lower() for v in data["not_secret_values"]["values"]),
         min_literal=int(data["not_secret_values"]["min_literal_length"]),
-        values=tuple((v["id"], re.compile(v["pattern"]), int(v.get("group", 0)))
-                     for v in data["value"]),
+        values=tuple((v["id"], re.compile(v["pattern"]), int(v.get("group", 0)),
+                      re.compile(v["not_if"]) if v.get("not_if") else None) for v in data["value"]),
         hints=tuple(v.get("hint", v["pattern"]) for v in data["value"]) + _name_hints(data["names"]),
     )
 
@@ -214,8 +214,8 @@ class Redactor:
         literal = self._literal_pattern()
         if literal is not None:
             text = literal.sub(REDACTED, text)
-        for _id, pattern, group in _rules().values:
-            text = pattern.sub(lambda m, g=group: _replace_group(m, g), text)
+        for _id, pattern, group, not_if in _rules().values:
+            text = pattern.sub(lambda m, g=group, n=not_if: _replace_group(m, g, n), text)
         text = _ASSIGN.sub(_redact_assignment, text)
         return _FLAG.sub(_redact_flag, text)
 
@@ -255,7 +255,9 @@ def _redact_flag(m: re.Match) -> str:
     return f"--{m.group('name')} {REDACTED}"
 
 
-def _replace_group(m: re.Match, group: int) -> str:
+def _replace_group(m: re.Match, group: int, not_if: re.Pattern | None = None) -> str:
+    if not_if is not None and not_if.search(m.group(group)):
+        return m.group(0)
     if group == 0 or m.group(group) is None:
         return REDACTED
     start, end = m.span(group)

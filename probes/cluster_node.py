@@ -128,7 +128,7 @@ def _first_ipv4(ifaces: dict, name: str) -> str | None:
 
 
 def pick_address(transport: str, env: dict, ifaces: dict, hostname_addrs: list[str]) -> dict:
-    """The address a transport would bind on this node, and why (research/ascend.md 5.1)."""
+    """The address a transport would bind on this node, and why (each transport's own rule for choosing it)."""
     if transport == "gloo":
         var = env.get("GLOO_SOCKET_IFNAME")
         if var:  # exact interface names; the first one carries the connection test
@@ -186,8 +186,7 @@ def node_facts(req: dict, ray_node_ip: str) -> dict:
     cwd = req["cwd"]
     out: dict = {"hostname": socket.gethostname(), "ray_ip": ray_node_ip, "cwd_exists": os.path.isdir(cwd)}
     try:
-        from checks.context import CheckContext
-        from probes.facts import gather_facts
+        from probes.facts import Target, gather_facts
         from launch.script import Launch, Override
     except ImportError as exc:
         return {**out, "need_code": f"{type(exc).__name__}: {exc}"}
@@ -198,8 +197,7 @@ def node_facts(req: dict, ray_node_ip: str) -> dict:
                         module=lj.get("module"), entry=lj.get("entry"),
                         cwd=Path(lj["cwd"]) if lj.get("cwd") else None,
                         overrides=[Override(o["key"], o["value"], o["op"], o["text"]) for o in lj["overrides"]])
-    ctx = CheckContext(cwd=Path(cwd), python=req["python"], env=env, launch=launch,
-                       timeout=req["timeout"], deep=False)
+    ctx = Target(cwd=Path(cwd), python=req["python"], env=env, launch=launch, timeout=req["timeout"])
     try:
         facts = gather_facts(ctx)
     except Exception as exc:  # a fact gatherer bug on one node is that node's finding

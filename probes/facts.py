@@ -17,7 +17,9 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from probes import ascend
 
@@ -28,7 +30,7 @@ COMM_VARS = ("HCCL_SOCKET_IFNAME", "HCCL_IF_IP", "GLOO_SOCKET_IFNAME", "NCCL_SOC
              "TP_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT", "HCCL_IF_BASE_PORT",
              "NCCL_IB_DISABLE", "NCCL_IB_HCA")
 
-# Launch keys that name files or directories (verl 0.9.1 config schema; research/verl.md section 1).
+# Launch keys that name files or directories (verl 0.9.1 config schema).
 PATH_KEYS = {
     "data.train_files": "data",
     "data.val_files": "data",
@@ -258,7 +260,20 @@ def cwd_facts(ctx) -> dict:
     return {"path": str(ctx.cwd), "exists": ctx.cwd.is_dir(), "package_dirs": names}
 
 
-def gather_facts(ctx) -> dict:
+@dataclass
+class Target:
+    """What gathering a node's facts reads: where training starts, with which interpreter and
+    environment, for which launch. `checks.context.CheckContext` carries the same fields; a cluster
+    node builds this one, so the probes need nothing from `checks`."""
+
+    cwd: Path
+    python: str
+    env: dict[str, str] = field(default_factory=dict)
+    launch: Any = None  # a launch.script.Launch, or None
+    timeout: float = 20.0
+
+
+def gather_facts(ctx: Target) -> dict:
     proc = start_probe(ctx)  # runs while the local facts are read
     facts = {
         "hostname": hostname_facts(),

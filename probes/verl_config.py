@@ -171,16 +171,39 @@ def _as_list(value) -> list[str]:
 def _task_data(req: dict, cfg: dict) -> dict:
     """Prompt lengths with the model's own tokenizer and chat template, as RLHFDataset's filter counts
     them (apply_chat_template(messages, add_generation_prompt=True, tokenize=True)), on a sample."""
+    prompt_key = _get(cfg, "data.prompt_key", "prompt")
+    max_len = _get(cfg, "data.max_prompt_length")
+    paths = [os.path.expanduser(p) for p in _as_list(_get(cfg, "data.train_files"))]
+    files, samples, sources = _read_files(paths, prompt_key, _get(cfg, "data.reward_fn_key", "data_source"),
+                                          int(req.get("sample", 1000)))
+    out: dict = {"files": files, "prompt_key": prompt_key, "max_prompt_length": max_len,
+                 "data_sources": sorted(sources)}
+    if req.get("check_sources") and sources:
+        out["registered"] = _registered(sorted(sources))
+    model_path = _get(cfg, "actor_rollout_ref.model.path")
+    tok_path = _get(cfg, "actor_rollout_ref.model.tokenizer_path") or model_path
+    if samples and tok_path and not os.path.isdir(os.path.expanduser(str(tok_path))):
+        out["tokenizer_error"] = (f"{tok_path} is not a directory here (doctor reads local models only; "
+                                  "a hub id would be downloaded by verl at start-up)")
+    elif samples and tok_path:
+        try:
+            lengths, failures, kind = _token_lengths(os.path.expanduser(str(tok_path)), [m for _, m in samples])
+        except Exception as exc:
+            out["tokenizer_error"] = f"{type(exc).__name__}: {_first_line(exc)}"
+        else:
+            out["tokenizer"] = kind
+            out["template_failures"] = failures
+            _count_lengths(files, samples, lengths, max_len)
+    return out
+
+
+def _read_files(paths: list[str], prompt_key: str, source_key: str, limit: int) -> tuple[list, list, set]:
+    """Each parquet file's rows and data sources, and a sample of (file index, messages) to measure."""
     import random
 
-    limit = int(req.get("sample", 1000))
-    prompt_key = _get(cfg, "data.prompt_key", "prompt")
-    source_key = _get(cfg, "data.reward_fn_key", "data_source")
-    max_len = _get(cfg, "data.max_prompt_length")
-    files = []
-    samples: list[tuple[int, list]] = []  # (file index, messages)
+    files: list[dict] = []
+    samples: list[tuple[int, list]] = []
     sources: set[str] = set()
-    paths = [os.path.expanduser(p) for p in _as_list(_get(cfg, "data.train_files"))]
     pq = _parquet(paths)
     for i, path in enumerate(paths):
         entry = {"path": path}
@@ -204,31 +227,18 @@ def _task_data(req: dict, cfg: dict) -> dict:
             samples += [(i, messages) for messages in column]
         except Exception as exc:
             entry["error"] = f"{type(exc).__name__}: {_first_line(exc)}"
-    out: dict = {"files": files, "prompt_key": prompt_key, "max_prompt_length": max_len,
-                 "data_sources": sorted(sources)}
-    if req.get("check_sources") and sources:
-        out["registered"] = _registered(sorted(sources))
-    model_path = _get(cfg, "actor_rollout_ref.model.path")
-    tok_path = _get(cfg, "actor_rollout_ref.model.tokenizer_path") or model_path
-    if samples and tok_path and not os.path.isdir(os.path.expanduser(str(tok_path))):
-        out["tokenizer_error"] = (f"{tok_path} is not a directory here (doctor reads local models only; "
-                                  "a hub id would be downloaded by verl at start-up)")
-    elif samples and tok_path:
-        try:
-            lengths, failures, kind = _token_lengths(os.path.expanduser(str(tok_path)), [m for _, m in samples])
-        except Exception as exc:
-            out["tokenizer_error"] = f"{type(exc).__name__}: {_first_line(exc)}"
-        else:
-            out["tokenizer"] = kind
-            out["template_failures"] = failures
-            for i, entry in enumerate(files):
-                mine = [n for (fi, _), n in zip(samples, lengths) if fi == i]
-                if mine:
-                    ok = [n for n in mine if n is not None]
-                    entry["max_tokens"] = max(ok) if ok else None
-                    entry["failed"] = sum(n is None for n in mine)
-                    entry["over"] = sum(n is None or (max_len is not None and n > max_len) for n in mine)
-    return out
+    return files, samples, sources
+
+
+def _count_lengths(files: list[dict], samples: list, lengths: list, max_len) -> None:
+    """Per file: the longest prompt, how many failed the template, how many are over max_len."""
+    for i, entry in enumerate(files):
+        mine = [n for (fi, _), n in zip(samples, lengths) if fi == i]
+        if mine:
+            ok = [n for n in mine if n is not None]
+            entry["max_tokens"] = max(ok) if ok else None
+            entry["failed"] = sum(n is None for n in mine)
+            entry["over"] = sum(n is None or (max_len is not None and n > max_len) for n in mine)
 
 
 def _parquet(paths: list[str]):

@@ -42,6 +42,9 @@ def test_json_validates_and_junit_parses(shadowed):
     jsonschema.validate(doc, SCHEMA)
     assert doc["status"] == "fail"
     assert any(f["id"] == "imports.shadowed" and f["status"] == "fail" for f in doc["findings"])
+    # every finding says what it judged: the imports of this machine; no launch, so nothing of one
+    assert {f["scope"] for f in doc["findings"] if f["category"] == "imports"} == {"node"}
+    assert {f["scope"] for f in doc["findings"]} == {"node", "launch"}  # launch checks skip, saying why
     suite = ET.parse(junit).getroot().find("testsuite")
     cases = {c.get("name"): c for c in suite.findall("testcase")}
     assert int(suite.get("tests")) == len(cases) >= 10  # one testcase per check
@@ -64,6 +67,7 @@ def test_human_output_names_the_problem_and_the_fix(shadowed):
     r = doctor("--python", str(python), "--cwd", str(job), "--only", "imports")
     assert r.returncode == 1
     assert "[✗] imports" in r.stdout and "fix: " in r.stdout and f"mv {job / 'vllm'}" in r.stdout
+    assert "imports.shadowed · this machine" in r.stdout and "Doctor summary of this machine and the launch" in r.stdout
 
 
 def test_strict_turns_a_warning_into_failure(tmp_path):

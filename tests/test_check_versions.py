@@ -44,7 +44,7 @@ def test_seed_article_image_is_a_known_good_set(tmp_path):
     have = found["versions.stack"][0]["evidence"]["installed"]
     assert have["cann"] == "8.3.RC1" and have["torch_npu"] == "2.7.1" and have["vllm_ascend"] == "0.11.0rc1"
     for cid in ("versions.torch_npu", "versions.vllm_ascend", "versions.verl", "versions.cann_env",
-                "versions.driver"):
+                "versions.driver", "versions.launch_stack"):
         assert [f["status"] for f in found[cid]] == ["pass"], cid
 
 
@@ -196,3 +196,43 @@ def test_a_package_whose_own_pin_is_not_met(tmp_path):
     (f,) = found["versions.requires"]
     assert rc == 1 and f["status"] == "fail" and "vllm 0.11.0 requires torch==2.8.0" in f["title"]
     assert f["fix"].startswith("pip install 'torch==2.8.0'")
+
+
+def test_every_versions_check_has_its_page():
+    """Each check's docstring is its page (doctor rules ID): four sections, and the explain rules
+    it names after the fact exist in the catalog."""
+    from checks.registry import all_checks
+    from matching.catalog import rule_by_id
+
+    checks = [c for c in all_checks() if c.category == "versions"]
+    assert len(checks) >= 10
+    for c in checks:
+        doc = c.fn.__doc__ or ""
+        heads = [h for h in ("What it checks:", "How the job fails without it:", "Fix:", "After the fact:")
+                 if h in doc]
+        assert len(heads) == 4, (c.id, heads)
+        after = doc.split("After the fact:", 1)[1].split()
+        ids = [w.strip(",") for w in after if w.strip(",") != "-"]
+        assert all(rule_by_id(i) is not None for i in ids), (c.id, ids)
+
+
+@pytest.mark.parametrize("table,version,sits,suggested", [
+    ("torch_npu", "2.13.0", "newer", "2.12.0"),           # the newest documented release, not the nearest by cost
+    ("torch_npu", "2.7.1.post11", "unlisted", "2.7.1.post8"),  # the newest documented one of its 2.7 line
+    ("torch_npu", "2.7.1", "listed", "2.7.1"),
+    ("vllm_ascend", "0.30.0", "newer", "0.25.1rc1"),
+])
+def test_where_a_version_sits_in_the_matrix(table, version, sits, suggested):
+    from checks.versions import placed
+
+    row, how = placed(table, version)
+    assert (how, row["version"]) == (sits, suggested)
+
+
+def test_a_vllm_ascend_newer_than_the_matrix_is_said_to_be_newer(tmp_path):
+    stack = dict(SEED_STACK, **{"vllm-ascend": "0.30.0"})
+    python, _, _, env = _image(tmp_path, stack=stack, driver=None)
+    rc, doc, found = _versions(python, env, tmp_path)
+    (f,) = found["versions.vllm_ascend"]
+    assert f["status"] == "warn" and f["title"] == "vllm-ascend 0.30.0 is newer than the matrix"
+    assert "vllm_ascend 0.25.1rc1" in f["fix"] and "vllm, torch_npu and CANN" in f["message"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -14,11 +13,10 @@ import pytest
 
 from checks.config import late_problems, startup_problems
 from checks.verl_config import compose_snapshot
-from tests.conftest import SHARED
+from tests import seed_launch
 
 VENV_BIN = str(Path(sys.executable).parent)
 ENV = {"PATH": VENV_BIN + os.pathsep + os.environ.get("PATH", "")}
-SEED = SHARED / "seed" / "000_2612502b60985506.txt"
 
 GOOD = [
     "algorithm.adv_estimator=grpo", "data.train_batch_size=16", "actor_rollout_ref.rollout.n=4",
@@ -51,17 +49,9 @@ def by_id(doc: dict) -> dict[str, list[dict]]:
 
 def seed_script(tmp_path: Path) -> Path:
     """The seed article's own launch script, plus its section 4.3 custom_reward_function.path line."""
-    if not SEED.exists():
-        pytest.skip("the seed article is not available")
-    text = SEED.read_text()
-    m = re.search(r"#!/bin/bash\n.*?trainer\.device=npu \$@", text, re.S)
-    assert m, "the seed article's launch script was not found"
-    script = m.group(0).replace("    trainer.critic_warmup=0 \\\n", "    trainer.critic_warmup=0 \\\n"
-                                "    custom_reward_function.path=./reward.py \\\n"
-                                "    custom_reward_function.name=compute_score \\\n")
-    path = tmp_path / "run_grpo.sh"
-    path.write_text(script)
-    return path
+    at = seed_launch.OVERRIDES.index("trainer.critic_warmup=0") + 1
+    overrides = seed_launch.OVERRIDES[:at] + seed_launch.REWARD_OVERRIDES + seed_launch.OVERRIDES[at:]
+    return seed_launch.write_script(tmp_path / "run_grpo.sh", overrides)
 
 
 def test_seed_script_reports_the_ignored_reward_key_and_the_key_that_works(doctor, tmp_path):

@@ -155,3 +155,17 @@ def test_missing_files_are_the_finding_even_where_the_interpreter_has_no_pyarrow
     found = json.loads(r.stdout)["findings"]
     assert any(f["id"] == "data.train_files" and "does not exist" in f["message"] for f in found)
     assert not any("pyarrow" in f["message"] for f in found), [f["message"] for f in found]
+
+
+def test_a_missing_data_file_is_one_finding_not_two(doctor, tmp_path, tiny_model):
+    """workdir.paths and data.files both see ./train.parquet missing: workdir.paths (whose fix
+    says where the file is) owns the fact, and data.files refers to it instead of failing again."""
+    job = lab(tmp_path, tiny_model, None)  # no train.parquet written
+    found = findings(doctor, job, only="data,workdir")
+    workdir = [f for f in found["workdir.paths"] if "train.parquet" in f["title"]]
+    assert [f["status"] for f in workdir] == ["fail", "fail"]  # data.train_files and data.val_files
+    mine = found["data.train_files"] + found["data.val_files"]
+    assert [f["status"] for f in mine] == ["skip", "skip"], mine
+    assert all("workdir.paths" in f["message"] for f in mine)
+    alone = findings(doctor, job, only="data")  # without the owner the data check still reports it
+    assert [f["status"] for f in alone["data.train_files"]] == ["fail"]

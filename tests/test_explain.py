@@ -149,7 +149,6 @@ def test_several_logs_are_one_incident_with_file_names(tmp_path):
 
 
 def test_secrets_in_evidence_are_redacted(tmp_path):
-    pytest.importorskip("matching.redact")
     secret = "hf_" + "Zq8" * 12
     log = tmp_path / "s.log"
     log.write_text(f"HF_TOKEN={secret} ModuleNotFoundError: No module named 'vllm'\n")

@@ -96,3 +96,14 @@ def test_plan_memory_table_and_schema(doctor, tmp_path):
     human = doctor("plan", "--rows", "3000", "--device-memory", "910B3", "--model-config", str(tmp_path),
                    *SEED_EXAMPLE)
     assert "peak" in human.stdout and "iterations per epoch = ceil(N/B)" in human.stdout
+
+
+def test_memory_estimate_of_a_model_that_is_not_here_comes_from_the_model_table(doctor, tmp_path):
+    r = doctor("plan", "--json", "--rows", "100", "--device-memory", "910B3", *SEED_EXAMPLE,
+               "actor_rollout_ref.model.path=/data2/models/Qwen2.5-7B-Instruct",
+               env={"HF_HOME": str(tmp_path / "hf"), "HF_HUB_CACHE": str(tmp_path / "hf" / "hub")})
+    assert r.returncode in (0, 1), r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["memory"] is not None and 7.0e9 < doc["memory"]["params"] < 8.0e9
+    assert doc["model_config"].startswith("doctor's model table: Qwen/Qwen2.5-7B")
+    assert "https://huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json" in doc["model_config"]

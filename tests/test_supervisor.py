@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_doctor
+import trainer.main_grpo  # noqa: F401  (the trainer under test: a broken import fails, never skips)
 from supervisor.overrides import parse_overrides
-
-pytest.importorskip("trainer.main_grpo")
+from tests.conftest import run_doctor
 
 A = "actor_rollout_ref."
 # A worker limit under which an update micro batch of 16 long-prompt samples cannot be allocated

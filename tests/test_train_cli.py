@@ -8,27 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SHARED, run_doctor
-
-SEED_ARTICLE = SHARED / "seed" / "000_2612502b60985506.txt"
+from tests import seed_launch
+from tests.conftest import ROOT, run_doctor
 VENV_BIN = str(Path(sys.executable).parent)
 
 
 def seed_script(tmp_path: Path) -> Path:
     """The article's launch script (section 3.5), preceded by its exports (3.3) and a `cd`."""
-    if not SEED_ARTICLE.exists():
-        pytest.skip("the seed article is not in /work/shared")
-    text = SEED_ARTICLE.read_text()
-    start = text.index("#!/bin/bash")
-    end = text.index("trainer.device=npu $@") + len("trainer.device=npu $@")
-    body = text[start:end].split("\n", 1)[1]
-    exports = [line for line in text.splitlines() if line.startswith("export ") and "IFNAME" in line
-               or line.startswith("export VLLM_ASCEND_ENABLE_NZ")]
     workdir = tmp_path / "verl"
     workdir.mkdir()
-    script = tmp_path / "run_grpo.sh"
-    script.write_text("#!/bin/bash\n" + "\n".join(exports) + f"\ncd {workdir}\n" + body + "\n")
-    return script
+    exports = [f"export {k}={v}" for k, v in seed_launch.EXPORTS.items()]
+    return seed_launch.write_script(tmp_path / "run_grpo.sh", head=[*exports, f"cd {workdir}"])
 
 
 def test_verl_engine_reads_the_seed_script(tmp_path):

@@ -62,14 +62,9 @@ def test_seed_article_overrides_are_all_accepted(tmp_path):
     """The seed article's launch script, read as bash would read it, is accepted key for key."""
     from launch.script import parse_launch
 
-    seed = ROOT.parent / "shared/seed/000_2612502b60985506.txt"
-    if not seed.exists():
-        pytest.skip("seed article not available")
-    lines = seed.read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("#!/bin/bash"))
-    end = next(i for i in range(start, len(lines)) if lines[i].rstrip().endswith("$@"))
-    script = tmp_path / "run_grpo.sh"
-    script.write_text("\n".join(lines[start:end + 1]) + "\n")
+    from tests import seed_launch
+
+    script = seed_launch.write_script(tmp_path / "run_grpo.sh")
     words = parse_launch(["bash", str(script)], cwd=tmp_path).raw_overrides
     cfg, notices = parse_overrides(words)
     assert len(words) > 35

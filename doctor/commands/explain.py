@@ -11,10 +11,7 @@ import textwrap
 import click
 
 from doctor.cli import DoctorError
-
-CATEGORY_COLOURS = {"memory": "magenta", "network": "cyan", "config": "yellow", "data": "yellow",
-                    "imports": "blue", "versions": "blue", "workdir": "blue", "cluster": "cyan",
-                    "other": "white"}
+from knowledge.vocabulary import CATEGORY_COLOURS
 
 
 def _catalog():
@@ -115,16 +112,23 @@ def _list(as_json: bool) -> None:
 @click.argument("rule_id", required=False, metavar="[ID]")
 @click.option("--json", "as_json", is_flag=True, help="The rule as JSON.")
 def rules(rule_id, as_json):
-    """Print a rule's page: what it detects, why it happens, how to fix it (like `ruff rule`).
+    """Print a rule's page: what it detects, why it happens, how to fix it (like `ruff rule`), or a
+    check's page (ID like imports.shadowed): what it checks, how the job fails without it, the fix.
 
-    Without ID, list all rules.
+    Without ID, list all rules, then the checks.
     """
     if not rule_id:
         _list(as_json)
+        if not as_json:
+            _list_checks()
         return 0
     rule = next((r for r in _catalog() if r.id == rule_id), None)
     if rule is None:
-        raise DoctorError(f"unknown rule {rule_id!r}; `doctor rules` lists them")
+        check = _check(rule_id)
+        if check is None:
+            raise DoctorError(f"unknown rule or check {rule_id!r}; `doctor rules` lists them")
+        _check_page(check, as_json)
+        return 0
     if as_json:
         click.echo(json.dumps(rule.to_dict(), indent=2))
         return 0
@@ -150,6 +154,55 @@ def rules(rule_id, as_json):
     for ref in rule.references:
         click.echo(f"- {ref}")
     return 0
+
+
+def _checks():
+    from checks.registry import SCOPES, all_checks
+
+    return all_checks(SCOPES)
+
+
+def _check(check_id: str):
+    return next((c for c in _checks() if c.id == check_id), None)
+
+
+def _list_checks() -> None:
+    checks = _checks()
+    width = max(len(c.id) for c in checks)
+    click.echo("")
+    for c in checks:
+        click.echo(f"{c.id:<{width}}  {c.scope:<7}  {c.title}")
+    click.echo(f"\n{len(checks)} checks (doctor check). Details: doctor rules ID")
+
+
+def _check_page(check, as_json: bool) -> None:
+    """A check's page, from the four sections of its docstring (checks.registry.read_page)."""
+    from checks.registry import PageError
+
+    try:
+        page = check.page()
+    except PageError as exc:
+        raise DoctorError(str(exc)) from None
+    known = {r.id: r for r in _catalog()}
+    if as_json:
+        click.echo(json.dumps({"id": check.id, "category": check.category, "title": check.title,
+                               "scope": check.scope, "needs": list(check.needs), "what": page.what,
+                               "fails": page.fails, "fix": page.fix, "rules": list(page.rules)}, indent=2))
+        return
+    click.echo(f"# {check.title} ({check.id})\n")
+    needs = f" Needs: {', '.join(check.needs)}." if check.needs else ""
+    click.echo(f"A check of `doctor check`. Category: {check.category}. Scope: {check.scope}.{needs}\n")
+    for heading, text in (("What it checks", page.what), ("How the job fails without it", page.fails),
+                          ("How to fix it", page.fix)):
+        text = text[:1].upper() + text[1:]
+        paras = [textwrap.fill(p, 100, break_long_words=False, break_on_hyphens=False) for p in text.split("\n\n")]
+        click.echo(f"## {heading}\n\n" + "\n\n".join(paras) + "\n")
+    click.echo("## After the fact\n")
+    if not page.rules:
+        click.echo("No `doctor explain` rule names this failure in a log.")
+    for rid in page.rules:
+        title = known[rid].title if rid in known else "(not in the catalog)"
+        click.echo(f"- {rid}: {title} (doctor rules {rid})")
 
 
 commands = {"explain": explain, "rules": rules}

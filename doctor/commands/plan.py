@@ -85,7 +85,8 @@ def command(script, rows, device_memory, model_config, cwd, as_json, args):
         capacity, cap_note = find_memory(device_memory)
     except SizeError as exc:
         raise DoctorError(str(exc)) from None
-    mcfg, where = read_model(model_config or cfg.get("actor_rollout_ref.model.path"), base)
+    env = {**os.environ, **launch.env}  # HF_HOME / HF_HUB_CACHE as training will see them
+    mcfg, where = read_model(model_config or cfg.get("actor_rollout_ref.model.path"), base, env)
     if model_config and mcfg is None:
         raise DoctorError(f"--model-config: {where}")
     memory = None
@@ -96,7 +97,8 @@ def command(script, rows, device_memory, model_config, cwd, as_json, args):
             raise DoctorError(f"{where}: cannot read the model shape ({type(exc).__name__}: {exc})") from None
     doc = {"schema": "doctor.plan/v1", "config_source": composed.source, "batch": plan,
            "memory": memory.to_dict() if memory else None,
-           "memory_note": cap_note if memory else f"model config: {where}"}
+           "memory_note": cap_note if memory else f"model config: {where}",
+           "model_config": where if memory else None}
     if as_json:
         click.echo(json.dumps(doc, indent=2, default=str))
     else:
@@ -138,8 +140,8 @@ def _human(doc: dict) -> None:
     if not mem:
         echo(f"  not estimated: {doc['memory_note']}")
         return
-    echo(f"  model parameters {mem['params'] / 1e6:.1f} M; device memory {gib(mem['capacity'])} "
-         f"({doc['memory_note']})")
+    echo(f"  model parameters {mem['params'] / 1e6:.1f} M (config: {doc['model_config']}); "
+         f"device memory {gib(mem['capacity'])} ({doc['memory_note']})")
     for phase, total in mem["phases"].items():
         mark = "  <- peak" if phase == mem["peak_phase"] else ""
         echo(f"  {phase:<14} {gib(total):>10}{mark}")

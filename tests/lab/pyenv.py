@@ -98,6 +98,9 @@ SEED_STACK = {
     "vllm-ascend": "0.11.0rc1",
     "verl": "0.7.0.dev0",
     "transformers": "4.57.1",
+    # verl's own Requires-Dist pulls these in (ray[default]>=2.41.0, wandb): the image has them
+    "ray": "2.51.1",
+    "wandb": "0.22.3",
 }
 
 
@@ -114,3 +117,18 @@ def lay_stack(site: Path, stack: dict[str, str], torch_cuda: str | None = None) 
 
 def python_minor() -> str:
     return sysconfig.get_python_version()
+
+
+def venv_over(where: Path, base_site: str | Path) -> tuple[Path, Path]:
+    """A virtual environment that also sees `base_site` (a .pth line, as --system-site-packages
+    would for a base interpreter): big packages installed there stay importable, and what is
+    installed into the new site comes first."""
+    python, site = make_venv(where)
+    (site / "base-site.pth").write_text(f"{base_site}\n")
+    return python, site
+
+
+def pip_into(site: Path, *requirements: str) -> None:
+    """Really install published wheels into `site` with pip (no deps: the base site has them)."""
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check",
+                    "--target", str(site), *requirements], check=True, capture_output=True, text=True)

@@ -1,0 +1,144 @@
+"""Add real logs from public threads to the explain corpus, split once by thread.
+
+    python bench/corpus_split.py add DIR...     # logs with the header below; each lands in its part
+    python bench/corpus_split.py verify         # every recorded log is where the split rule puts it
+
+A log's header (one `# key: value` per line, then the machine-printed lines verbatim):
+    # source: URL            the thread (or PR, or documentation page at a commit)
+    # thread: OWNER/REPO#N   what the split is keyed on: one thread is one log, in one part
+    # category: ...          the root cause's category, as the thread established it (failures)
+    # kind: clean            instead of category, for a run that worked
+    # platform: npu|gpu|cpu, # multinode: yes|no, # cause: one line (failures)
+
+The split: a thread is held out when sha256(thread) mod 100 < HELDOUT_PERCENT. It depends on the
+thread alone, so it is fixed before anything is read, and a log added later goes where the same
+rule sends it. `bench/corpus/split.toml` records every thread's part; tests/test_corpus.py holds
+the held-out part out of the fixtures.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "bench" / "corpus"
+SPLIT = CORPUS / "split.toml"
+HELDOUT_PERCENT = 50
+CATEGORIES = ("imports", "versions", "network", "workdir", "memory", "config", "data", "cluster", "other")
+HEADER = re.compile(r"^# (\w[\w-]*): ?(.*)$")
+
+
+def part_of(thread: str) -> str:
+    h = int(hashlib.sha256(thread.strip().lower().encode()).hexdigest(), 16)
+    return "heldout" if h % 100 < HELDOUT_PERCENT else "tuning"
+
+
+def read_header(path: Path) -> tuple[dict[str, str], list[str]]:
+    head: dict[str, str] = {}
+    lines = path.read_text(errors="replace").splitlines()
+    body_at = 0
+    for i, line in enumerate(lines):
+        m = HEADER.match(line)
+        if not m or i != body_at:
+            break
+        head[m.group(1)] = m.group(2).strip()
+        body_at = i + 1
+    return head, lines[body_at:]
+
+
+def kind_of(head: dict) -> str:
+    return "clean" if head.get("kind") == "clean" else "failures"
+
+
+def slug(thread: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", thread).strip("_").lower()[:120]
+
+
+def recorded() -> dict[str, dict]:
+    import tomllib
+
+    if not SPLIT.exists():
+        return {}
+    return {row["thread"]: row for row in tomllib.loads(SPLIT.read_text()).get("log", [])}
+
+
+def fixture_sources() -> set[str]:
+    out = set()
+    for f in (ROOT / "tests" / "fixtures" / "explain").rglob("*.log"):
+        first = f.read_text(errors="replace").split("\n", 1)[0]
+        if first.startswith("# source:"):
+            out.add(first.split(":", 1)[1].strip().rstrip("/"))
+    return out
+
+
+def problems_of(head: dict, body: list[str]) -> str | None:
+    if not head.get("source") or not head.get("thread"):
+        return "no # source or # thread line"
+    if kind_of(head) == "failures" and head.get("category") not in CATEGORIES:
+        return f"category {head.get('category')!r} is not one of the vocabulary"
+    if sum(1 for ln in body if ln.strip()) < 3:
+        return "fewer than 3 machine-printed lines"
+    return None
+
+
+def add(dirs: list[str]) -> int:
+    rows = recorded()
+    fixtures = fixture_sources()
+    added = skipped = 0
+    for d in dirs:
+        for path in sorted(Path(d).glob("*.log")):
+            head, body = read_header(path)
+            why = problems_of(head, body)
+            thread = head.get("thread", "")
+            if not why and thread in rows:
+                why = f"thread {thread} is already recorded"
+            if not why and head["source"].rstrip("/") in fixtures:
+                why = "its source is already a fixture"
+            if why:
+                print(f"skip {path}: {why}", file=sys.stderr)
+                skipped += 1
+                continue
+            kind, part = kind_of(head), part_of(thread)
+            name = f"{slug(thread)}.log"
+            dest = CORPUS / kind / part / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text("\n".join([f"# {k}: {v}" for k, v in head.items()] + body) + "\n")
+            rows[thread] = {"thread": thread, "kind": kind, "part": part, "file": f"{kind}/{part}/{name}",
+                            "category": head.get("category", ""), "platform": head.get("platform", ""),
+                            "multinode": head.get("multinode", ""), "source": head["source"]}
+            added += 1
+    write_split(rows)
+    print(f"added {added}, skipped {skipped}; recorded {len(rows)} threads")
+    return 0
+
+
+def write_split(rows: dict[str, dict]) -> None:
+    out = ["# The explain corpus's split, by thread (bench/corpus_split.py). Written once per thread.\n"]
+    for row in sorted(rows.values(), key=lambda r: (r["kind"], r["part"], r["file"])):
+        out.append("[[log]]\n" + "".join(f'{k} = "{_q(v)}"\n' for k, v in row.items()) + "\n")
+    tmp = SPLIT.with_suffix(".tmp")
+    tmp.write_text("".join(out))
+    tmp.replace(SPLIT)
+
+
+def _q(v: str) -> str:
+    return str(v).replace("\\", "\\\\").replace('"', '\\"')
+
+
+def verify() -> int:
+    bad = [r["thread"] for r in recorded().values()
+           if r["part"] != part_of(r["thread"]) or not (CORPUS / r["file"]).is_file()]
+    for t in bad:
+        print(f"misplaced or missing: {t}", file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "verify":
+        sys.exit(verify())
+    if len(sys.argv) >= 3 and sys.argv[1] == "add":
+        sys.exit(add(sys.argv[2:]))
+    print(__doc__.strip().splitlines()[2], file=sys.stderr)
+    sys.exit(2)

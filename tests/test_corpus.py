@@ -1,0 +1,72 @@
+"""The explain corpus (bench/corpus): split once by thread, and the held-out part never a fixture.
+
+The held-out figure of bench/explain_accuracy.py means something only while no rule was written
+from those logs: a fixture that came from a held-out thread, or that carries its lines, would
+turn it into a figure measured on fixtures.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.corpus_split import CATEGORIES, CORPUS, part_of, read_header, recorded  # noqa: E402
+
+FIXTURES = ROOT / "tests" / "fixtures" / "explain"
+ROWS = recorded()
+
+
+def _distinct_lines(path: Path) -> set[str]:
+    """Long machine-printed lines that name this failure: not a stack frame, nor the source line
+    a traceback prints under it (library code that many failures pass through), nor a banner."""
+    _, body = read_header(path)
+    out, after_frame = set(), False
+    for line in body:
+        s = line.strip()
+        frame = s.startswith(("File ", "at "))
+        if len(s) >= 40 and not frame and not after_frame and not s.startswith(
+                ("Traceback", "During handling", "The above")):
+            out.add(s)
+        after_frame = frame
+    return out
+
+
+def test_corpus_meets_its_floor():
+    failures = [r for r in ROWS.values() if r["kind"] == "failures"]
+    assert len([r for r in failures if r["part"] == "heldout"]) >= 30
+    assert len([r for r in ROWS.values() if r["kind"] == "clean"]) >= 40
+    assert {r["category"] for r in failures} <= set(CATEGORIES)
+
+
+def test_every_log_is_recorded_in_the_part_its_thread_decides():
+    files = {str(p.relative_to(CORPUS)) for p in CORPUS.glob("*/*/*.log")}
+    assert files == {r["file"] for r in ROWS.values()}
+    for thread, row in ROWS.items():
+        assert row["part"] == part_of(thread), thread
+        head, _ = read_header(CORPUS / row["file"])
+        assert head["thread"] == thread and head["source"] == row["source"]
+
+
+def test_the_split_rule_is_by_thread_and_not_by_file():
+    # the same thread always lands in the same part, whatever else it is added with
+    assert part_of("verl-project/verl#1763") == part_of("Verl-Project/verl#1763 ")
+    parts = {part_of(f"o/r#{n}") for n in range(200)}
+    assert parts == {"heldout", "tuning"}
+
+
+HELDOUT = [CORPUS / r["file"] for r in ROWS.values() if r["part"] == "heldout"]
+
+
+@pytest.mark.parametrize("held", HELDOUT, ids=lambda p: p.stem)
+def test_a_heldout_log_is_never_a_fixture(held):
+    head, _ = read_header(held)
+    mine = _distinct_lines(held)
+    for fixture in FIXTURES.rglob("*.log"):
+        text = fixture.read_text(errors="replace")
+        source = text.split("\n", 1)[0].removeprefix("# source:").strip().rstrip("/")
+        assert source != head["source"].rstrip("/"), f"{fixture.name} comes from held-out {head['thread']}"
+        shared = mine & _distinct_lines(fixture)
+        assert len(shared) < 2, f"{fixture.name} carries lines of held-out {held.name}: {sorted(shared)[:2]}"
