@@ -143,3 +143,22 @@ def test_mlflow_tracks_every_step_offline_in_sqlite(env, tmp_path):
     assert run.data.params["data.train_batch_size"] == "8"
     history = client.get_metric_history(run.info.run_id, SCORE)
     assert [(m.step, m.value) for m in history] == [(r["step"], r[SCORE]) for r in _steps(run_dir)]
+
+
+def test_a_data_file_that_cannot_be_read_is_one_marker_line_not_a_traceback(env, tmp_path):
+    """A truncated parquet file (its first half, as an interrupted copy leaves it): pyarrow's own
+    error, named in the `phase=prepare` marker, before any Ray start."""
+    from trainer.tiny import ensure_tiny
+
+    whole = (ensure_tiny() / "data" / "train.parquet").read_bytes()
+    broken = tmp_path / "train.parquet"
+    broken.write_bytes(whole[: len(whole) // 2])
+    args = [o for o in embedded_default() if not o.startswith("data.train_files=")] + [
+        f"data.train_files={broken}", f"trainer.default_local_dir={tmp_path / 'run'}"]
+    proc = _trainer(args, env)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1, out
+    assert "Traceback" not in out, out[-3000:]
+    (marker,) = [line for line in out.splitlines() if line.startswith("[trainer] phase=")]
+    assert marker.startswith("[trainer] phase=prepare failed: ArrowInvalid: "), marker
+    assert "(at " in marker and "pyarrow" in marker, marker  # where it rose

@@ -3,6 +3,9 @@
 `EMBEDDED_DEFAULT` is an override list in verl's key names; `{model}` and `{data}` are filled in
 with the folders `trainer.tiny.ensure_tiny()` builds. Seeded, it raises the mean reward clearly
 within its first 30 steps on a 2-core CPU.
+
+`layered(overrides)` puts a user's overrides on top of it, as verl puts its command line on top of
+its yaml, unless they name a task of their own (data or a model).
 """
 from __future__ import annotations
 
@@ -44,3 +47,20 @@ def embedded_default(size: str = "tiny") -> list[str]:
 
     root = ensure_tiny(size)
     return [o.format(model=root / "model", data=root / "data") for o in EMBEDDED_DEFAULT]
+
+
+# Keys that make a task of the user's own: with any of them given, the embedded task is not used.
+TASK_KEYS = frozenset({"data.train_files", "data.val_files", "actor_rollout_ref.model.path"})
+
+
+def layered(overrides: list[str], size: str = "tiny") -> list[str]:
+    """The embedded default with `overrides` on top: a key the user gives replaces the embedded
+    entry (its `~key` removes it), every other embedded entry stays. Overrides that name data or
+    a model come back unchanged. Read with Hydra's grammar (a syntax error raises LaunchError)."""
+    from launch.script import parse_launch
+
+    given = {ov.key for ov in parse_launch(["python", "-m", "_", *overrides]).overrides}
+    if given & TASK_KEYS:
+        return list(overrides)
+    base = [o for o in embedded_default(size) if o.split("=", 1)[0] not in given]
+    return base + list(overrides)

@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(help_text())
         return 0
-    from trainer.ray_cluster import workers_home
+    from trainer.ray_cluster import StartError, describe, workers_home
     from trainer.reward import RewardError
 
     try:
@@ -355,19 +355,24 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, RewardError) as exc:
         print(f"trainer: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a model or data file that cannot be read: one line, no traceback
+        return fail(f"[trainer] phase=prepare failed: {describe(exc)}")
 
-    with workers_home(cfg["trainer.nnodes"], cfg["trainer.n_gpus_per_node"], cfg["ray_kwargs.ray_init.num_cpus"],
-                      parse_bytes(cfg["trainer.worker_memory_limit"])) as cluster:
-        try:
-            trainer.start_workers(cluster)
-            start = trainer.resume()
-            print(f"[trainer] {len(trainer.workers)} workers on {len(set(trainer.worker_nodes))} node(s), "
-                  f"device {trainer.cfg['trainer.device']}, steps {start + 1}..{trainer.total_steps}", flush=True)
-            trainer.fit(start)
-            trainer.finish()
-        except Exception as exc:  # a worker, a node or the cluster failed: the marker line, exit 1
-            marker, detail = _remote_failure(exc)
-            return fail(marker, detail)
+    try:
+        with workers_home(cfg["trainer.nnodes"], cfg["trainer.n_gpus_per_node"], cfg["ray_kwargs.ray_init.num_cpus"],
+                          parse_bytes(cfg["trainer.worker_memory_limit"])) as cluster:
+            try:
+                trainer.start_workers(cluster)
+                start = trainer.resume()
+                print(f"[trainer] {len(trainer.workers)} workers on {len(set(trainer.worker_nodes))} node(s), "
+                      f"device {trainer.cfg['trainer.device']}, steps {start + 1}..{trainer.total_steps}", flush=True)
+                trainer.fit(start)
+                trainer.finish()
+            except Exception as exc:  # a worker, a node or the cluster failed: the marker line, exit 1
+                marker, detail = _remote_failure(exc)
+                return fail(marker, detail)
+    except StartError as exc:  # Ray did not start: one line names the exception and where it rose
+        return fail(f"[trainer] phase=startup failed: {exc}")
     return 0
 
 

@@ -5,14 +5,44 @@ A local cluster for `trainer.nnodes=2` is two real Ray nodes on this machine (a 
 node, each with its own raylet and resources), so worker placement and the cross-node all-reduce
 take the same code path as on two hosts. Only processes started here are stopped here; `ray stop`
 is never used (it is machine-wide).
+
+A local cluster keeps all its files in a private folder: Ray's `Cluster` writes the address file
+`<RAY_TMPDIR or TMPDIR or /tmp>/ray/ray_current_cluster` whatever temp dir its nodes are given
+(ray 2.60: ray/cluster_utils.py:261 -> ray/_private/utils.py:80 write_ray_address, the default
+from ray/_common/utils.py:327 get_default_system_temp_dir). So RAY_TMPDIR names the private
+folder while the cluster lives: no `/tmp/ray` is needed, and a user's own cluster address there
+is neither overwritten nor deleted (`Cluster.shutdown` resets the same file).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import tempfile
+import traceback
 from dataclasses import dataclass
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an exception: its type, its first line, and where it was raised."""
+    text = (str(exc).strip().splitlines() or [""])[0][:300]
+    frames = traceback.extract_tb(exc.__traceback__)
+    at = ""
+    if frames:  # the innermost frame
+        last = frames[-1]
+        where = last.filename.split("site-packages/")[-1] if "site-packages/" in last.filename \
+            else os.path.basename(last.filename)
+        at = f" (at {where}:{last.lineno} in {last.name})"
+    return f"{type(exc).__name__}: {text}{at}"
+
+
+class StartError(RuntimeError):
+    """Ray could not be started or joined; the text is one line (`describe`)."""
+
+    @classmethod
+    def of(cls, exc: BaseException) -> "StartError":
+        return cls(describe(exc))
 
 
 @dataclass
@@ -28,9 +58,20 @@ class RayCluster:
         self.num_cpus = num_cpus
         self._cluster = None
         self._tmp = None
+        self._saved_tmpdir: str | None = None
+        self._tmpdir_set = False
         self.local = False
 
     def __enter__(self) -> "RayCluster":
+        try:
+            self._start()
+        except Exception as exc:  # Ray missing, a temp dir it cannot write, a port taken, ...
+            with contextlib.suppress(Exception):
+                self._stop()  # what did start (a head node, RAY_TMPDIR) is undone
+            raise StartError.of(exc) from exc
+        return self
+
+    def _start(self) -> None:
         import ray
 
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a stray token in $HOME must not split the cluster
@@ -42,7 +83,6 @@ class RayCluster:
             ray.init(address=address, log_to_driver=True)
         else:
             self._start_local()
-        return self
 
     def _start_local(self) -> None:
         import ray
@@ -50,28 +90,54 @@ class RayCluster:
         self.local = True
         total = self.num_cpus or os.cpu_count() or 1
         node_cpus = max(self.per_node, total // self.nnodes)
-        self._tmp = tempfile.mkdtemp(prefix="vd-ray-", dir="/tmp")  # short: Ray's socket paths are limited
+        temp_dir = self._private_temp_dir()
         common = {"num_cpus": node_cpus, "include_dashboard": False, "object_store_memory": 100 * 1024 * 1024}
         if self.nnodes == 1:
-            ray.init(_temp_dir=self._tmp, log_to_driver=True, **common)
+            ray.init(_temp_dir=temp_dir, log_to_driver=True, **common)
             return
         from ray.cluster_utils import Cluster
 
-        self._cluster = Cluster(initialize_head=True, connect=False, head_node_args={"temp_dir": self._tmp, **common})
+        self._cluster = Cluster()  # first held, then the head: a failed start can still be shut down
+        self._cluster.add_node(temp_dir=temp_dir, **common)
         for _ in range(self.nnodes - 1):
             self._cluster.add_node(**common)
         self._cluster.wait_for_nodes()
         ray.init(address=self._cluster.address, log_to_driver=True)
 
-    def __exit__(self, *exc) -> None:
-        import ray
+    def _private_temp_dir(self) -> str:
+        """`<base>/vd-ray-XXXX/ray`, Ray's own layout under RAY_TMPDIR=<base>/vd-ray-XXXX. The base is
+        the user's RAY_TMPDIR, else /tmp (short: Ray's socket paths are limited to 107 bytes)."""
+        base = os.environ.get("RAY_TMPDIR") or "/tmp"
+        os.makedirs(base, exist_ok=True)  # as Ray does with its temp dir (try_to_create_directory)
+        self._tmp = tempfile.mkdtemp(prefix="vd-ray-", dir=base)
+        temp_dir = os.path.join(self._tmp, "ray")
+        os.mkdir(temp_dir)
+        self._saved_tmpdir, self._tmpdir_set = os.environ.get("RAY_TMPDIR"), True
+        os.environ["RAY_TMPDIR"] = self._tmp  # read by Ray at each use; the nodes inherit it
+        return temp_dir
 
-        if self._cluster is not None or self.local:
-            ray.shutdown()
-        if self._cluster is not None:
-            self._cluster.shutdown()
-        if self._tmp:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+    def __exit__(self, *exc) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        try:
+            if self._cluster is not None or self.local:
+                import ray
+
+                ray.shutdown()
+            if self._cluster is not None:
+                self._cluster.shutdown()
+        finally:
+            self._cluster, self.local = None, False
+            if self._tmpdir_set:
+                if self._saved_tmpdir is None:
+                    os.environ.pop("RAY_TMPDIR", None)
+                else:
+                    os.environ["RAY_TMPDIR"] = self._saved_tmpdir
+                self._tmpdir_set = False
+            if self._tmp:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+                self._tmp = None
 
     def spawn(self, cls, options: dict, *args):
         import ray

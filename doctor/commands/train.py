@@ -26,11 +26,9 @@ def _engine(engine: str, script: str | None, overrides: list[str], python: str |
         return VerlEngine.from_script(script, overrides)
     if engine == "verl":
         return VerlEngine.from_overrides(overrides, python=python)
-    if not overrides:
-        from trainer.defaults import embedded_default
+    from trainer.defaults import layered
 
-        overrides = embedded_default()
-    return ReferenceEngine(overrides, python=python)
+    return ReferenceEngine(layered(overrides), python=python)
 
 
 @click.command("train", context_settings={"ignore_unknown_options": True})
@@ -60,7 +58,10 @@ def command(auto_tune, engine, max_retries, run_dir, script, resume_dir, no_pref
             device_memory, python, as_json, overrides):
     """Run a GRPO job (OVERRIDES in verl's key=value syntax), and with --auto-tune keep it going.
 
-    With no script and no overrides: the embedded default task on the reference engine."""
+    With no script: the embedded default task (a tiny model and task, two local Ray nodes, CPU) on
+    the reference engine, with OVERRIDES on top of it as verl puts its command line on top of its
+    yaml (e.g. `doctor train trainer.total_training_steps=5`). OVERRIDES that name data or a model
+    (data.train_files, data.val_files, actor_rollout_ref.model.path) are a task of their own."""
     from supervisor.summary_table import render_table
     from supervisor.supervise import Options, Supervisor, SupervisorError
 
