@@ -628,7 +628,7 @@ def rank(found: list[Explanation], layer: terminal.Generic | None = None) -> lis
         owner = next((claimed[k] for k in keys if k in claimed), None)
         if owner:
             e.subsumed_by = owner
-        else:
+        elif not e.generic:  # a generic finding may read its cause out of a consequence's own line
             for k in keys:
                 claimed[k] = e.rule
     return ordered

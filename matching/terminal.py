@@ -42,10 +42,13 @@ MAX_FINDINGS = 3
 NEAR_RULE = 5              # a flagged line this close to a rule's line is part of that report
 
 # An exception line: the type (dotted, ending like an exception), an optional wrapped type, the message.
-# vLLM prefixes every line of a logged traceback with "ERROR <date> [file:line] "; torchrun with "[rankN]: ".
+# vLLM prefixes every line of a logged traceback with "ERROR <date> [file:line] "; torchrun with "[rankN]: "
+# (twice when a rank's tee'd output is logged again); docker build's plain progress with "#N SECONDS ".
+# Indented: pip and uv print a failed build's own output indented under their report.
 _LEVEL = r"(?:(?P<lvl>ERROR|CRITICAL)\s[^\]]{0,80}\]\s*)?"
+_PREFIX = r"^(?:\[(?:rank|default)\d+\]:\s*){0,2}(?:#\d+ \d+\.\d+ )?[ \t]*"
 EXC_LINE = re2.compile(
-    r"^(?:\[(?:rank|default)\d+\]:\s*)?" + _LEVEL +
+    _PREFIX + _LEVEL +
     r"(?P<type>(?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|StopIteration|"
     r"gaierror|herror))(?:\((?P<inner>[\w.]*)\))?(?::\s?(?P<msg>.*))?$")
 # Prefilter forms: which lines are worth a look (exception lines; the rest come from the classes).
@@ -55,7 +58,13 @@ EXCEPTION_PATTERNS = (r"^\s*(?:[\w.]+\.)?(?:AssertionError|KeyboardInterrupt|Mem
                       r"NotImplementedError|RecursionError|SystemExit)\s*$",
                       r"\b[A-Z]\w*(?:Exit|Interrupt|Failure|Timeout)(?:\([\w.]*\))?: |\._[A-Z]\w*Error: |"
                       r"\b[A-Z]\w*(?:Error|Exception)\([\w.]*\): |\bsocket\.(?:gaierror|herror): ")
-HEADER = re2.compile(r"Traceback \(most recent call last\):")
+# Python's header, and Ray's: RayTaskError.__str__ (ray/exceptions.py) prints the remote traceback with
+# its "Traceback ..." line replaced by "ray::<proctitle>() (pid=N, ip=...)", often on the wrapper's line
+# ("ray.exceptions.RayTaskError(KeyError): ray::WorkerDict.f() (pid=...)").
+HEADER = re2.compile(r"Traceback \(most recent call last\):|\bray::[\w.<>]+\(\)(?: \(pid=\d+|\s*$)")
+PY_HEADER = "Traceback (most recent call last)"
+# sys.unraisablehook's default output: an exception in __del__ or a callback, printed and ignored
+IGNORED = re2.compile(r"^Exception ignored (?:in|on|while)\b")
 # Searched, not anchored: torchrun's "[rank0]: " and vLLM's "ERROR <date> [file:line] " may precede.
 FRAME = re2.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)')
 CHAIN = re2.compile(r"(?:During handling of the above exception, another exception occurred|"
@@ -231,6 +240,7 @@ class Exc:
     type: str
     msg: str
     frames: list = field(default_factory=list)  # [(Line, path, func)], outermost first
+    inner: str | None = None     # the type a wrapper names: RayTaskError(KeyError)
 
     @property
     def n(self) -> int:
@@ -246,7 +256,7 @@ class Event:
     line: object                 # explain.Line of the flagged line
     chain: list[Exc] = field(default_factory=list)   # earliest (the cause) first; empty: a plain line
     handled: bool = False
-    header: bool = False         # a Traceback header was found above it
+    header: bool = False         # a traceback (a header, or frames of an excerpt) was found above it
 
     @property
     def key(self) -> tuple[str, int]:
@@ -380,8 +390,8 @@ def _traceback_above(lines: list, end: int, process) -> tuple[list, int]:
             frames.append((ln, m.group("path"), m.group("func")))
         elif HEADER.search(ln.text):
             return frames[::-1], i
-        elif CHAIN.search(ln.text.strip()) or (not frames and EXC_LINE.search(ln.text)):
-            break      # no header of its own: a message printed without a traceback
+        elif CHAIN.search(ln.text.strip()) or EXC_LINE.search(ln.text):
+            break      # no header of its own (an excerpt, or a message printed without a traceback)
     return frames[::-1], -1
 
 
@@ -411,18 +421,30 @@ def parse(raw: Raw, clean) -> Event | None:
     last_lvl, first_header = m.group("lvl"), None
     for _ in range(4):  # this exception, then up to 3 earlier ones of its chain
         frames, header = _traceback_above(lines, end, me.process)
-        ev.chain.insert(0, Exc(lines[end], m.group("type"), m.group("msg") or "", frames))
+        ev.chain.insert(0, Exc(lines[end], m.group("type"), m.group("msg") or "", frames, m.group("inner")))
         if header >= 0 and first_header is None:
-            first_header = lines[header].text
+            first_header = (header, lines[header].text)
         prev = _previous_in_chain(lines, header, me.process) if header >= 0 else -1
         if prev < 0:
             break
         end, m = prev, EXC_LINE.search(lines[prev].text)
-    ev.header = first_header is not None
-    # logging's prefix on the header only (logger.exception): logged, and the program went on
-    before = (first_header or "").split("Traceback")[0]
-    ev.handled = bool(first_header) and bool(LOGGED.search(before)) and not last_lvl
+    ev.header = first_header is not None or any(x.frames for x in ev.chain)
+    ev.handled = _handled(lines, first_header, last_lvl, me.process)
     return ev
+
+
+def _handled(lines: _Lines, header: tuple | None, last_lvl, process) -> bool:
+    """Printed and survived: logging's prefix on Python's header only (logger.exception: logged, and
+    the program went on), or sys.unraisablehook's "Exception ignored in: ..." just above it."""
+    if header is None:
+        return False
+    i, text = header
+    if PY_HEADER in text and not last_lvl and LOGGED.search(text.split("Traceback")[0]):
+        return True
+    i -= 1
+    while i >= 0 and (lines[i].process != process or not lines[i].text.strip()):
+        i -= 1
+    return i >= 0 and bool(IGNORED.search(lines[i].text.lstrip()))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -430,8 +452,8 @@ def parse(raw: Raw, clean) -> Event | None:
 
 
 def _where(exc: Exc) -> list[str]:
-    """Where it was raised: the innermost frames' paths, and a path the message names."""
-    paths = [p for _, p, _ in exc.frames[-3:]]
+    """Where it was raised: the innermost frames as "path:function", and a path the message names."""
+    paths = [f"{p}:{f}" for _, p, f in exc.frames[-3:]]
     mp = MSG_PATH.search(exc.msg)
     if mp:
         paths.append(mp.group("path"))
@@ -536,7 +558,7 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
     evs = events(col)
     last = {}
     for e in evs:
-        if e.chain:
+        if e.chain and not e.handled:
             last[e.line.file] = e            # each file's last exception: its terminal failure
     verdicts, seen = [], {}
     for e in evs:
@@ -552,10 +574,25 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
         seen[key] = [v, 1]
         verdicts.append(v)
     if not verdicts:
-        verdicts = _consequences_alone(evs, col, explained | weak, g)
-        seen = {(v.cls.id, ""): [v, 1] for v in verdicts}
+        verdicts = _wrapped(evs, col, explained, g) or _consequences_alone(evs, col, explained | weak, g)
+        seen = {(v.cls.id, v.member.meaning if v.member else ""): [v, 1] for v in verdicts}
     verdicts.sort(key=lambda v: (v.cls.terminal, v.event.key))
     return [(v, seen[(v.cls.id, v.member.meaning if v.member else "")][1]) for v in verdicts][:MAX_FINDINGS]
+
+
+def _wrapped(evs: list[Event], col: Collector, claimed: set, g: Generic) -> list[Verdict]:
+    """Only a wrapper shows what failed (Ray's `RayTaskError(ModuleNotFoundError): ray::f()`, the
+    remote traceback not in this log): the type it names, classed as if raised (never the catch-all)."""
+    for e in evs:
+        exc = e.chain[-1] if e.chain else None
+        if exc is None or not exc.inner or not _live(e, col, claimed):
+            continue
+        inner = Exc(exc.line, exc.inner, "", [])
+        c = next((c for c in g.classes if not (c.alone or c.terminal or c.members)
+                  and c.exceptions and _class_matches(c, inner, "")), None)
+        if c:
+            return [Verdict(c, e, inner)]
+    return []
 
 
 def _consequences_alone(evs: list[Event], col: Collector, claimed: set, g: Generic) -> list[Verdict]:
