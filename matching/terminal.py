@@ -110,12 +110,13 @@ class GClass:
     not_in: str | None = None
     terminal: bool = False
     alone: bool = False                   # only when the log shows nothing but consequences
+    after: bool = False                   # ranks after the other classes' findings (an exit status)
     pattern: str | None = None            # a family: the code's pattern, with a `code` group
     members: tuple[Member, ...] = ()
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("id", "category", "title", "cause", "fix", "confidence",
-                                             "words", "raised_in", "not_in", "terminal", "pattern")}
+                                             "words", "raised_in", "not_in", "terminal", "after", "pattern")}
         out.update(exceptions=list(self.exceptions), lines=list(self.lines),
                    references=list(self.references), layer="generic",
                    members=[vars(m) for m in self.members])
@@ -137,7 +138,7 @@ class Generic:
 
 
 _CLASS_KEYS = {"id", "category", "title", "cause", "fix", "confidence", "references", "exceptions",
-               "lines", "words", "raised_in", "not_in", "terminal", "alone"}
+               "lines", "words", "raised_in", "not_in", "terminal", "alone", "after"}
 _FAMILY_KEYS = {"id", "title", "cause", "fix", "confidence", "references", "lines", "pattern", "members"}
 
 
@@ -176,7 +177,7 @@ def _make_class(t: dict, family: bool) -> GClass:
                   references=tuple(t["references"]), exceptions=tuple(t.get("exceptions", ())),
                   lines=lines, words=t.get("words"), raised_in=t.get("raised_in"),
                   not_in=t.get("not_in"), terminal=bool(t.get("terminal", False)),
-                  alone=bool(t.get("alone", False)),
+                  alone=bool(t.get("alone", False)), after=bool(t.get("after", False)),
                   pattern=t.get("pattern"), members=members)
 
 
@@ -576,7 +577,7 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
     if not verdicts:
         verdicts = _wrapped(evs, col, explained, g) or _consequences_alone(evs, col, explained | weak, g)
         seen = {(v.cls.id, v.member.meaning if v.member else ""): [v, 1] for v in verdicts}
-    verdicts.sort(key=lambda v: (v.cls.terminal, v.event.key))
+    verdicts.sort(key=lambda v: (v.cls.terminal or v.cls.after, v.event.key))
     return [(v, seen[(v.cls.id, v.member.meaning if v.member else "")][1]) for v in verdicts][:MAX_FINDINGS]
 
 

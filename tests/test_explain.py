@@ -164,7 +164,8 @@ def test_secrets_in_evidence_are_redacted(tmp_path):
 
 def test_cause_beats_the_consequences_printed_before_and_after_it():
     # the driver reports the dead actor first; the worker's own allocation failure comes later
-    text = body("ray-actor-died.log") + body("memory-cpu-alloc-failed.log") + body("ray-task-error.log")
+    # (the EasyR1 wrapper log, RayTaskError(OutOfMemoryError): now generic-out-of-memory--2's fixture)
+    text = body("ray-actor-died.log") + body("memory-cpu-alloc-failed.log") + body("generic-out-of-memory--2.log")
     found = explain_text(text)
     # the wrapper's traceback names update_actor next to the allocation failure: the phase is known
     assert (found[0].rule, found[0].phase) == ("memory-oom-update", "update")

@@ -327,3 +327,120 @@ def test_healthy_noise_is_no_finding_of_the_layer(line):
     "on a WARNING line"))])
 def test_healthy_noise_is_no_finding(line):
     assert explain_text("step:1 - loss:0.5\n" + line + "\n") == []
+
+
+# ---------------------------------------------------------------------------------------------
+# The forms real logs print a failure in (tuning part of the corpus: excerpts, Ray, pip/uv, shells)
+
+RAY_TASK = """import os, traceback
+import ray.exceptions
+os.makedirs('{where}', exist_ok=True)
+open('{where}/{module}.py', 'w').write({body!r})
+import sys; sys.path.insert(0, '{where}')
+import {module}
+try:
+    {module}.run()
+except Exception as exc:  # what a Ray worker sends back; ray.get raises it (worker.py: as_instanceof_cause)
+    err = ray.exceptions.RayTaskError('run', traceback.format_exc(), exc, proctitle='ray::WorkerDict.run',
+                                      pid=4242, ip='10.0.0.2', actor_repr='<WorkerDict object>')
+def get():
+    raise err.as_instanceof_cause()
+get()
+"""
+
+
+def ray_task_error(tmp_path, module: str, body: str) -> str:
+    """Ray's own RayTaskError (ray.exceptions, no cluster needed) of a remote exception, as ray.get
+    raises and Python prints it: the remote traceback under Ray's `ray::f() (pid=...)` header."""
+    out = python_output(RAY_TASK.format(where=tmp_path / "pkg", module=module, body=body), tmp_path)
+    assert "RayTaskError(" in out and "ray::WorkerDict.run()" in out and "(pid=4242" in out, out[-2000:]
+    return out
+
+
+def test_ray_header_stops_the_remote_traceback(tmp_path):
+    # before: the frames above the wrapper (ray/_private/worker.py's get) were read as the remote
+    # exception's own, and a reward KeyError came out as "Ray could not reach its cluster"
+    out = ray_task_error(tmp_path, "reward", "def run():\n    return {}['ground_truth']\n")
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-data-schema", "data"), [ln.text for ln in top.lines]
+    import io
+    from matching.explain import Scan
+    scan = Scan(layer_alone())
+    scan.feed_stream(io.BytesIO(out.encode()))
+    key_error = next(e for e in terminal.events(scan.collector) if e.chain and e.chain[-1].type == "KeyError")
+    # the remote frames only: not the driver's `get` above Ray's header
+    assert [f for _, _, f in key_error.chain[-1].frames] == ["<module>", "run"] and key_error.header
+
+
+def test_a_wrapper_alone_is_classed_by_the_type_it_names(tmp_path):
+    out = ray_task_error(tmp_path, "trainer", "def run():\n    import verl_doctor_absent_module\n")
+    # the remote part not in this log (a truncated paste, another node's worker log): the wrapper only
+    head = out[:out.index("RayTaskError(")]
+    wrapper = out[len(head):].splitlines()[0]
+    top = explain_text(head + wrapper + "\n", matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-missing-module", "versions")
+    found = explain_text(head + wrapper + "\n")  # with the rules: the cause first, the wrapper still listed
+    assert found[0].category == "versions" and "ray-task-error" in [f.rule for f in found]
+
+
+def test_a_traceback_excerpt_without_its_header_is_still_the_run_end(tmp_path):
+    out = python_output("def step(batch):\n    return batch.shape[1]\nstep(())\n", tmp_path)
+    excerpt = out[out.index("  File "):]                   # users paste from the frames on
+    assert "Traceback" not in excerpt
+    top = explain_text(excerpt)[0]
+    assert (top.rule, top.category) == ("generic-python-exception", "other")
+    assert any("AttributeError" in ln.text for ln in top.lines)
+
+
+@pytest.mark.parametrize("prefix", ["[rank0]:[rank0]: ", "#42 15.84 ", "      "])
+def test_frames_and_exception_through_tee_docker_and_pip_indent(tmp_path, prefix):
+    # torchrun's tee'd output logged again; docker build --progress=plain; pip/uv indent a build's output
+    out = python_output("from verl.trainer.ppo.ray_trainer import compute_response_mask\n"
+                        "import verl.utils.config as c\nc.validate_config(None, True, True)\n", tmp_path)
+    last = out.strip().splitlines()[-1]
+    assert "Error" in last, out[-1500:]
+    top = explain_text("".join(prefix + ln + "\n" for ln in out.splitlines()), matcher=layer_alone())[0]
+    assert top.generic and any(last.split(":")[0] in ln.text for ln in top.lines)
+
+
+def test_an_exception_ignored_in_del_is_not_the_failure(tmp_path):
+    out = python_output(
+        "class Engine:\n    def __init__(self, stage):\n        self._configure(stage)\n        self.optimizer = 1\n"
+        "    def _configure(self, stage):\n        assert stage != 3, 'autotp with zero_stage=3 is not supported'\n"
+        "    def __del__(self):\n        self.optimizer\n"
+        "Engine(3)\n", tmp_path)
+    assert out.index("AssertionError") < out.index("Exception ignored in") < out.index("AttributeError")
+    top = explain_text(out, matcher=layer_alone())[0]
+    # the assert in a _configure step, not the AttributeError __del__ raised while the object died
+    assert (top.rule, top.category) == ("generic-config-error", "config")
+    assert any("AssertionError" in ln.text for ln in top.lines)
+
+
+def test_shell_cannot_find_the_script_and_the_exit_ranks_after_it(tmp_path):
+    r = subprocess.run(["/bin/bash", str(tmp_path / "examples" / "run.sh")], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 127 and r.stdout.startswith("/bin/bash: ")
+    # a job runner's summary (the exit code) printed before the shell's own line
+    text = "Job entrypoint command failed with exit code 127, last available logs:\n" + r.stdout
+    found = explain_text(text, matcher=layer_alone())
+    assert (found[0].rule, found[0].category) == ("generic-path-not-found", "workdir")
+    assert [f.rule for f in found][-1] == "generic-nonzero-exit"
+
+
+@pytest.mark.parametrize("text,cid,category", [
+    # CANN's error registry prints "errTitle(ErrCode): message" (hicann/ge error_registry.cc)
+    ("RuntimeError: call aclnnMegaMoe failed, detail:Execution_Error(EZ1009): Failed to execute operator "
+     "MegaMoe_1. Reason: Failed to execute tiling function.", "generic-cann-error-code", "other"),
+    # Ray's C++ log line "[%Y-%m-%d %H:%M:%S,%e %L %P %t] %v", 'C' for FATAL (src/ray/util/logging.cc)
+    ("[2026-12-01 09:30:00,123 C 4242 4242] actor_manager.cc:55:  Check failed: it != actor_handles_.end() "
+     "Cannot find an actor handle of id, 01000000.", "generic-ray-cluster", "cluster"),
+    # uv's diagnostics ("{kind} `{dist}`" through miette) and its resolver's header
+    ("  × Failed to build `llvmlite==0.36.0`", "generic-pip-resolution", "versions"),
+    ("  × No solution found when resolving dependencies:", "generic-pip-resolution", "versions"),
+    # pip < 20.3 (utils/subprocess.py)
+    ("ERROR: Command errored out with exit status 1: python setup.py egg_info Check the logs for full "
+     "command output.", "generic-pip-resolution", "versions"),
+])
+def test_error_line_forms_from_their_printing_source(text, cid, category):
+    top = explain_text("step:0 - starting\n" + text + "\n", matcher=layer_alone())[0]
+    assert (top.rule, top.category) == (cid, category)
