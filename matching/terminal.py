@@ -44,9 +44,10 @@ NEAR_RULE = 5              # a flagged line this close to a rule's line is part 
 # An exception line: the type (dotted, ending like an exception), an optional wrapped type, the message.
 # vLLM prefixes every line of a logged traceback with "ERROR <date> [file:line] "; torchrun with "[rankN]: "
 # (twice when a rank's tee'd output is logged again); docker build's plain progress with "#N SECONDS ".
-# Indented: pip and uv print a failed build's own output indented under their report.
+# Indented: pip and uv print a failed build's own output indented under their report; Python prints
+# an ExceptionGroup's members behind "  | " (traceback.TracebackException.format).
 _LEVEL = r"(?:(?P<lvl>ERROR|CRITICAL)\s[^\]]{0,80}\]\s*)?"
-_PREFIX = r"^(?:\[(?:rank|default)\d+\]:\s*){0,2}(?:#\d+ \d+\.\d+ )?[ \t]*"
+_PREFIX = r"^(?:\[(?:rank|default)\d+\]:\s*){0,2}(?:#\d+ \d+\.\d+ )?[ \t]*(?:\| )?"
 EXC_LINE = re2.compile(
     _PREFIX + _LEVEL +
     r"(?P<type>(?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|StopIteration|"

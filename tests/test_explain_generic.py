@@ -444,3 +444,32 @@ def test_shell_cannot_find_the_script_and_the_exit_ranks_after_it(tmp_path):
 def test_error_line_forms_from_their_printing_source(text, cid, category):
     top = explain_text("step:0 - starting\n" + text + "\n", matcher=layer_alone())[0]
     assert (top.rule, top.category) == (cid, category)
+
+
+def test_a_member_of_an_exception_group_is_read_behind_its_bars(tmp_path):
+    (tmp_path / "rl_dataset.py").write_text("def load(row):\n    return row['prompt']\n")
+    out = python_output(
+        "import rl_dataset\nerrs = []\nfor row in [{}]:\n    try:\n        rl_dataset.load(row)\n"
+        "    except KeyError as exc:\n        errs.append(exc)\nraise ExceptionGroup('reading the dataset', errs)\n",
+        tmp_path)
+    assert "    | KeyError: 'prompt'" in out
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-data-schema", "data")
+
+
+def test_argparse_rejects_the_launch(tmp_path):
+    out = python_output("import argparse\np = argparse.ArgumentParser(prog='main_ppo.py')\n"
+                        "p.add_argument('--nnodes', type=int)\np.parse_args(['--nnodes', '2', '--n_gpus', '8'])\n",
+                        tmp_path)
+    assert "main_ppo.py: error: unrecognized arguments: --n_gpus 8" in out
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-config-error", "config")
+
+
+@pytest.mark.parametrize("shell", ["bash", "sh"])
+def test_a_command_the_shell_cannot_find(shell):
+    r = subprocess.run([shell, "-c", "torchrun_doctor_absent --nproc_per_node 8 train.py"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 127 and "not found" in r.stdout
+    top = explain_text(r.stdout, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-missing-module", "versions")
