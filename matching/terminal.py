@@ -575,9 +575,14 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
             continue
         seen[key] = [v, 1]
         verdicts.append(v)
+    if not any(not (v.cls.terminal or v.cls.after) for v in verdicts):  # nothing specific: a wrapper's type
+        for v in _wrapped(evs, col, explained, g):
+            if (v.cls.id, "") not in seen:
+                seen[(v.cls.id, "")] = [v, 1]
+                verdicts.append(v)
     if not verdicts:
-        verdicts = _wrapped(evs, col, explained, g) or _consequences_alone(evs, col, explained | weak, g)
-        seen = {(v.cls.id, v.member.meaning if v.member else ""): [v, 1] for v in verdicts}
+        verdicts = _consequences_alone(evs, col, explained | weak, g)
+        seen = {(v.cls.id, ""): [v, 1] for v in verdicts}
     verdicts.sort(key=lambda v: (v.cls.terminal or v.cls.after, v.event.key))
     return [(v, seen[(v.cls.id, v.member.meaning if v.member else "")][1]) for v in verdicts][:MAX_FINDINGS]
 

@@ -473,3 +473,12 @@ def test_a_command_the_shell_cannot_find(shell):
     assert r.returncode == 127 and "not found" in r.stdout
     top = explain_text(r.stdout, matcher=layer_alone())[0]
     assert (top.rule, top.category) == ("generic-missing-module", "versions")
+
+
+def test_a_wrapper_type_beats_an_exit_status_printed_after_it(tmp_path):
+    out = ray_task_error(tmp_path, "trainer", "def run():\n    import verl_doctor_absent_module\n")
+    head = out[:out.index("RayTaskError(")]
+    wrapper = out[len(head):].splitlines()[0]
+    text = head + wrapper + "\nJob 'raysubmit_1' failed: entrypoint command failed with exit code 1\n"
+    found = explain_text(text, matcher=layer_alone())
+    assert [f.rule for f in found][:2] == ["generic-missing-module", "generic-nonzero-exit"]
