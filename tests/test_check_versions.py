@@ -7,22 +7,13 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from tests.lab.ascend import lay_cann, lay_driver, sourced_env
+from tests.lab.ascend import lay_cann
 from tests.lab.pyenv import SEED_STACK, lay_dist, lay_stack, make_venv
+from tests.lab.image import image
 from tests.lab.run import check_inproc, clean_env, problems
 
 
-def _image(tmp_path, stack=SEED_STACK, cann="8.3.RC1", torch_cuda=None, driver="25.3.rc1", **fw):
-    """An interpreter with `stack` installed and a CANN + driver tree (sourced env returned)."""
-    python, site = make_venv(tmp_path / "env")
-    lay_stack(site, stack, torch_cuda=torch_cuda)
-    root = tmp_path / "ascend"
-    if cann:
-        lay_cann(root, cann)
-    if driver:
-        lay_driver(root, driver, **fw)
-    env = clean_env(**sourced_env(root)) if cann else clean_env(DOCTOR_ASCEND_ROOT=str(root))
-    return python, site, root, env
+_image = image
 
 
 def _versions(python, env, tmp_path):

@@ -168,12 +168,17 @@ def rules(rule_id, as_json):
         click.echo(f"\n  with, within {rule.near.within} lines:\n\n    {rule.near.pattern}")
     if rule.requires:
         click.echo(f"\n  and somewhere in the log:\n\n    {rule.requires}")
+    return _cause_fix_references(rule)
+
+
+def _cause_fix_references(page) -> int:
+    """The closing sections every rule and generic class page shares."""
     click.echo("\n## Why it happens\n")
-    click.echo(textwrap.dedent(rule.cause).strip())
+    click.echo(textwrap.dedent(page.cause).strip())
     click.echo("\n## How to fix it\n")
-    click.echo(textwrap.dedent(rule.fix).strip())
+    click.echo(textwrap.dedent(page.fix).strip())
     click.echo("\n## References\n")
-    for ref in rule.references:
+    for ref in page.references:
         click.echo(f"- {ref}")
     return 0
 
@@ -203,14 +208,7 @@ def _generic_page(c, as_json: bool) -> int:
         click.echo(f"\n## The codes\n\n  code pattern: {c.pattern}\n")
         for m in c.members:
             click.echo(f"  {m.match:<28} {m.category:<8} {m.meaning}")
-    click.echo("\n## Why it happens\n")
-    click.echo(textwrap.dedent(c.cause).strip())
-    click.echo("\n## How to fix it\n")
-    click.echo(textwrap.dedent(c.fix).strip())
-    click.echo("\n## References\n")
-    for ref in c.references:
-        click.echo(f"- {ref}")
-    return 0
+    return _cause_fix_references(c)
 
 
 def _checks():
