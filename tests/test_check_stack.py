@@ -41,7 +41,7 @@ def test_empty_stack_with_the_seed_launch_fails_naming_each_missing_part(tmp_pat
                                     "install the Ascend HDK driver")), f["fix"]
     assert len(found) == 8  # logger console: no wandb needed
     # The install lines come from one documented known-good set (knowledge/versions.toml).
-    from checks.versions import known_good_sets
+    from checks.matrix import known_good_sets
 
     target = found[0]["evidence"]["nearest"]
     assert target in known_good_sets()

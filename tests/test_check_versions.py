@@ -143,7 +143,7 @@ def test_documented_vllm_ascend_sets_pass_their_own_judgement(tmp_path, row_inde
 
 
 def test_nearest_set_keeps_cann_when_packages_are_what_is_off():
-    from checks.versions import install_command, nearest_set
+    from checks.matrix import install_command, nearest_set
 
     have = {"cann": "8.3.RC1", "torch": "2.5.1+cpu", "torch_npu": "2.5.1", "vllm": "0.11.0",
             "vllm_ascend": "0.11.0rc1"}
@@ -214,7 +214,7 @@ def test_every_versions_check_has_its_page():
     ("vllm_ascend", "0.30.0", "newer", "0.25.1rc1"),
 ])
 def test_where_a_version_sits_in_the_matrix(table, version, sits, suggested):
-    from checks.versions import placed
+    from checks.matrix import placed
 
     row, how = placed(table, version)
     assert (how, row["version"]) == (sits, suggested)
