@@ -149,10 +149,10 @@ def row_set(table: str, row: dict) -> dict:
 JUDGED_AGAINST = {"torch_npu": "torch and CANN", "vllm_ascend": "vllm, torch_npu and CANN"}
 
 
-def unlisted(table: str, have: dict, label: str) -> list[Problem]:
-    """A warning for a version the matrix does not list, with the documented set of its line."""
+def unlisted(table: str, have: dict, label: str, row: dict | None, how: str) -> list[Problem]:
+    """A warning for a version the matrix does not list (`row`, `how`: where `placed` put it), with
+    the documented set of its line."""
     version = have[table]
-    row, how = placed(table, version)
     if how == "listed":
         return []
     title = f"{label} {version} is {SITS[how]}"
@@ -161,7 +161,7 @@ def unlisted(table: str, have: dict, label: str) -> list[Problem]:
         return [Problem("warn", cannot, "", {"installed": have}, title)]
     target = row_set(table, row)
     which = "newest documented" if how in ("newer", "older") else "documented"
-    names = ", ".join(f"{k} {target[k]}" for k in SET_KEYS if target.get(k))
+    names = _set_keys(target)
     msg = f"{cannot}; the {which} release of its line is {label} {row['version']} ({cite(row['source'])})."
     cmd = install_command(have, target)
     fix = (f"keep {label} {version} with the versions its release notes name, or use the {which} set: "
@@ -215,9 +215,12 @@ def install_command(have: dict, target: dict) -> str:
     return "\n".join(lines)
 
 
+def _set_keys(target: dict) -> str:
+    return ", ".join(f"{k} {target[k]}" for k in SET_KEYS if target.get(k))
+
+
 def set_names(target: dict) -> str:
-    names = ", ".join(f"{k} {target[k]}" for k in SET_KEYS if target.get(k))
-    return f"nearest known-good set ({target['source'].split(':')[0]}): {names}"
+    return f"nearest known-good set ({target['source'].split(':')[0]}): {_set_keys(target)}"
 
 
 def nearest_fix(have: dict) -> tuple[str, dict]:

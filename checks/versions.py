@@ -91,6 +91,19 @@ def _python_fits(have: dict, row: dict, label: str, ev: dict) -> list[Problem]:
                     f"Python {have['python']} is outside {label}'s {row['python']}")]
 
 
+def _against_row(ctx, table: str, label: str, judge) -> list[Problem]:
+    """The installed `table` package judged by `judge(have, row, fix, evidence)` against its matrix
+    row; not installed is a skip, a version the matrix does not list a warning (`unlisted`)."""
+    have = installed(ctx)
+    if not have.get(table):
+        return [Problem("skip", f"{label} is not installed")]
+    row, how = placed(table, have[table])
+    if how != "listed":
+        return unlisted(table, have, label, row, how)
+    fix, target = nearest_fix(have)
+    return judge(have, row, fix, {"installed": have, "row": row, "nearest": target})
+
+
 @check("versions.torch_npu", "versions", "torch_npu matches torch, CANN and Python", scope="node")
 def torch_npu(ctx):
     """What it checks: the installed torch_npu against its row in knowledge/versions.toml (from
@@ -103,16 +116,9 @@ def torch_npu(ctx):
     After the fact: npu-torch-npu-symbol-mismatch, torch-npu-autoload-failed, hccl-cann-version-mismatch,
     npu-set-precision-mode-failed
     """
-    have = installed(ctx)
-    if not have.get("torch_npu"):
-        return [Problem("skip", "torch_npu is not installed")]
-    row, how = placed("torch_npu", have["torch_npu"])
-    if how != "listed":
-        return unlisted("torch_npu", have, "torch_npu")
-    fix, target = nearest_fix(have)
-    ev = {"installed": have, "row": row, "nearest": target}
-    return (_torch_npu_torch(ctx, have, row, fix, ev) + _torch_npu_cann(have, row, fix, ev)
-            + _python_fits(have, row, f"torch_npu {have['torch_npu']}", ev))
+    return _against_row(ctx, "torch_npu", "torch_npu", lambda have, row, fix, ev: (
+        _torch_npu_torch(ctx, have, row, fix, ev) + _torch_npu_cann(have, row, fix, ev)
+        + _python_fits(have, row, f"torch_npu {have['torch_npu']}", ev)))
 
 
 def _va_vllm(have: dict, row: dict, fix: str, ev: dict) -> list[Problem]:
@@ -162,16 +168,9 @@ def vllm_ascend(ctx):
     After the fact: vllm-platform-not-detected, vllm-engine-core-init-failed, npu-nnal-symbol-mismatch,
     npu-libatb-missing
     """
-    have = installed(ctx)
-    if not have.get("vllm_ascend"):
-        return [Problem("skip", "vllm-ascend is not installed")]
-    row, how = placed("vllm_ascend", have["vllm_ascend"])
-    if how != "listed":
-        return unlisted("vllm_ascend", have, "vllm-ascend")
-    fix, target = nearest_fix(have)
-    ev = {"installed": have, "row": row, "nearest": target}
-    return (_va_vllm(have, row, fix, ev) + _va_torch_npu(have, row, ev) + _va_cann(have, row, fix, ev)
-            + _python_fits(have, row, f"vllm-ascend {row['version']}", ev))
+    return _against_row(ctx, "vllm_ascend", "vllm-ascend", lambda have, row, fix, ev: (
+        _va_vllm(have, row, fix, ev) + _va_torch_npu(have, row, ev) + _va_cann(have, row, fix, ev)
+        + _python_fits(have, row, f"vllm-ascend {row['version']}", ev)))
 
 
 def _verl_vllm(have: dict, row: dict, ev: dict) -> list[Problem]:
