@@ -12,22 +12,13 @@ from checks.matrix import (row_of, cite, in_spec, installed, matrix, nearest_set
     verl_row)
 from checks.model import Problem
 from checks.registry import check
+from checks.verl_config import launch_config
 
 
 # --- what the launch needs of the stack (knowledge/stack.toml [[need]]) -------------------------
 
 def _verl_launch(launch) -> bool:
     return launch.is_verl or bool(launch.entry and Path(launch.entry).name == "main_ppo.py")
-
-
-def _launch_config(launch) -> dict:
-    """verl's defaults (its config snapshot) under the launch's overrides; {} when they do not compose."""
-    try:
-        from checks.verl_config import effective_config
-
-        return effective_config(launch)
-    except Exception:  # an override Hydra rejects is config.*'s finding; the launch's own values still count
-        return {}
 
 
 def _device(launch, cfg: dict, have: dict) -> tuple[str | None, str]:
@@ -55,7 +46,7 @@ def launch_asks(ctx) -> dict | None:
     launch, asks = ctx.launch, None
     verl = _verl_launch(launch) if launch is not None else False
     if launch is not None and (verl or launch.has("trainer.device")):
-        cfg = _launch_config(launch) if verl else {}
+        cfg = launch_config(launch) if verl else {}
         device, said = _device(launch, cfg, installed(ctx))
         rollout = launch.get("actor_rollout_ref.rollout.name", cfg.get("actor_rollout_ref.rollout.name"))
         asks = {"verl": verl, "device": device, "device_from": said,

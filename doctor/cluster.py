@@ -66,14 +66,11 @@ def expected_shape(ctx) -> tuple[int | None, int | None]:
     gpus = None
     launch = ctx.launch
     if launch is not None and launch.is_verl:
-        try:
-            from checks.verl_config import effective_config
+        from checks.verl_config import launch_config
 
-            cfg = effective_config(launch)
-            nnodes = nnodes or cfg.get("trainer.nnodes")
-            gpus = cfg.get("trainer.n_gpus_per_node")
-        except Exception:  # no snapshot for this verl: the launch's own values still count
-            pass
+        cfg = launch_config(launch)
+        nnodes = nnodes or cfg.get("trainer.nnodes")
+        gpus = cfg.get("trainer.n_gpus_per_node")
     if launch is not None:
         if nnodes is None and launch.has("trainer.nnodes"):
             nnodes = launch.nnodes
@@ -100,17 +97,12 @@ def job_facts(ctx) -> dict:
     launch = ctx.launch
     if launch is None:
         return {}
-    cfg: dict = {}
-    if launch.is_verl:
-        try:
-            from checks.verl_config import effective_config
+    from checks.verl_config import launch_config
 
-            cfg = effective_config(launch)
-        except Exception:  # no snapshot for this verl: the launch's own values still count
-            cfg = {}
+    cfg = launch_config(launch) if launch.is_verl else {}
 
     def value(key: str):
-        return launch.get(key) if launch.has(key) else cfg.get(key)
+        return launch.get(key, cfg.get(key))
 
     job = {"device": value("trainer.device"), "rollout": value("actor_rollout_ref.rollout.name")}
     path = value("actor_rollout_ref.model.path")
