@@ -91,7 +91,8 @@ def _ports_settings() -> dict:
 
 def job_facts(ctx) -> dict:
     """What the checklist's checks need from the launch: trainer.device, the rollout engine and the
-    model's size in billions of parameters (from its config.json, else from its name, e.g. '32B')."""
+    model's size in billions of parameters (from its config.json, found as memory.estimate finds it,
+    else from its name, e.g. '32B')."""
     import re
 
     launch = ctx.launch
@@ -107,12 +108,14 @@ def job_facts(ctx) -> dict:
     job = {"device": value("trainer.device"), "rollout": value("actor_rollout_ref.rollout.name")}
     path = value("actor_rollout_ref.model.path")
     if path:
-        from checks.memory import model_config
+        from checks.model_source import find
         from checks.plan import model_shape
 
-        config, _ = model_config(str(path), ctx.cwd)
+        found = find(str(path), ctx.cwd, ctx.env)  # the launch's HF_HOME / HF_HUB_CACHE count
+        said = {"hf-cache": "its config.json in the Hugging Face cache", "table": "doctor's model table"}
         try:
-            job.update(params_b=round(model_shape(config).params / 1e9, 2), params_from="its config.json")
+            job.update(params_b=round(model_shape(found.config).params / 1e9, 2),
+                       params_from=said.get(found.origin, "its config.json"))
         except Exception:  # no config here, or not a decoder config: the name may still say
             m = re.search(r"(?i)(?<![\d.])(\d+(?:\.\d+)?)b(?![a-z])", os.path.basename(str(path).rstrip("/")))
             if m:
