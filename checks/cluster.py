@@ -45,6 +45,7 @@ class ClusterView:
         for n in nodes:
             host, ip = n.get("hostname"), n.get("ip")
             n["label"] = host if host and hosts[host] == 1 else ip if ips[ip] == 1 else f"{ip}/{n.get('id', '')[:8]}"
+        self.labels = {n.get("id"): n["label"] for n in nodes}  # node id -> label, every node
 
     def others(self) -> list[dict]:
         return [n for n in self.answered if n is not self.reference]
@@ -514,13 +515,12 @@ def links_work(view: ClusterView) -> list[Finding]:
     After the fact: gloo-connect-full-mesh-failed, gloo-hostname-loopback, hccl-socket-timeout,
     hccl-transport-init-error, torch-dist-store-timeout, nccl-watchdog-timeout"""
     out = _address_problems(view) + _shared_addresses(view)
-    by_label = {n.get("id"): n["label"] for n in view.report.get("nodes") or []}
     link = view.report.get("link")
     if not link:
         return out
     tested = 0
     for nid, res in (link.get("by_node") or {}).items():
-        label = by_label.get(nid, nid)
+        label = view.labels.get(nid, nid)
         if res.get("no_answer") or res.get("error"):
             out.append(_finding("cluster.link", "fail", f"link test did not run on {label}",
                                 res.get("no_answer") or res.get("error"), node=label))
@@ -531,7 +531,7 @@ def links_work(view: ClusterView) -> list[Finding]:
             tested += 1
             if r.get("ok"):
                 continue
-            target = by_label.get(r["to"], r["to"])
+            target = view.labels.get(r["to"], r["to"])
             out.append(_finding("cluster.link", "fail",
                                 f"{label} cannot reach {target} over {r['transport']}",
                                 f"TCP {r['address']}:{link['port']} ({r['transport']} address of {target}) from "
@@ -568,13 +568,12 @@ def collective_works(view: ClusterView) -> list[Finding]:
     if not coll:
         return [_finding("cluster.collective", "skip", "collective not run",
                          "add --deep to run a Gloo all-reduce (and NCCL/HCCL where devices exist) across the nodes")]
-    by_label = {n.get("id"): n["label"] for n in view.report.get("nodes") or []}
     out = []
     for backend in ("gloo", "nccl", "hccl"):
         ranks = coll.get(backend)
         if not ranks:
             continue
-        bad = {by_label.get(nid, nid): r for nid, r in ranks.items() if not r.get("ok")}
+        bad = {view.labels.get(nid, nid): r for nid, r in ranks.items() if not r.get("ok")}
         if bad:
             for label, r in bad.items():
                 why = r.get("no_answer") or r.get("error") or "wrong result"

@@ -19,10 +19,6 @@ WHAT = {"hccl_host": "HCCL host ports (HCCL_HOST_SOCKET_PORT_RANGE)", "gcs": "th
 SHORT = {"hccl_host": "HCCL host ports", "gcs": "Ray GCS port", "dashboard": "Ray dashboard port"}
 
 
-def _labels(view: ClusterView) -> dict:
-    return {n.get("id"): n["label"] for n in view.report.get("nodes") or []}
-
-
 def _port_answers(view: ClusterView) -> dict:
     """node id -> its ports answer ({results, listen_errors} or {error})."""
     by_node = (view.report.get("link") or {}).get("by_node") or {}
@@ -47,7 +43,7 @@ def ports_answer(view: ClusterView) -> list:
 
     After the fact: hccl-socket-timeout, hccl-port-in-use, ray-gcs-unreachable
     """
-    labels, answers, out = _labels(view), _port_answers(view), []
+    labels, answers, out = view.labels, _port_answers(view), []
     taken = set()
     for nid, ans in answers.items():
         for where, why in (ans.get("listen_errors") or {}).items():
