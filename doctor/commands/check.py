@@ -113,7 +113,7 @@ def _validate(scope, cluster, keep_agents, launch, cwd, cpus_per_node) -> None:
 @click.argument("launch", nargs=-1, type=click.UNPROCESSED)
 def command(cwd, python, nodes, scope, cpus_per_node, cluster, keep_agents, deep, device_memory, as_json, junit,
             fmt, strict, only, skip, list_only, timeout, verbose, launch):
-    """Check this machine (or every node with --cluster) before launching LAUNCH."""
+    """Check this machine and LAUNCH before launching it (every node with --cluster; LAUNCH alone with --scope launch)."""
     if list_only:
         return list_checks(as_json)
     only_s, skip_s = _names(only, "--only"), _names(skip, "--skip")

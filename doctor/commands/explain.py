@@ -82,7 +82,7 @@ def _human(report, show_all: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout (schema doctor.explain/v1).")
 @click.option("--all", "show_all", is_flag=True,
               help="Also findings whose evidence a higher-ranked one already explains.")
-@click.option("--list", "list_rules", is_flag=True, help="List every rule doctor knows.")
+@click.option("--list", "list_rules", is_flag=True, help="List every rule doctor knows, then the generic classes.")
 def explain(logs, as_json, show_all, list_rules):
     """Name the root cause of a failed run from its log(s), with the evidence and the fix.
 
@@ -130,12 +130,13 @@ def _list(as_json: bool) -> None:
 
 @click.command("rules")
 @click.argument("rule_id", required=False, metavar="[ID]")
-@click.option("--json", "as_json", is_flag=True, help="The rule as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="The page as JSON (without ID: the rules and generic classes).")
 def rules(rule_id, as_json):
-    """Print a rule's page: what it detects, why it happens, how to fix it (like `ruff rule`), or a
-    check's page (ID like imports.shadowed): what it checks, how the job fails without it, the fix.
+    """Print a rule's (or generic class's) page: what it detects, why it happens, how to fix it (like
+    `ruff rule`), or a check's page (ID like imports.shadowed): what it checks, how the job fails
+    without it, the fix.
 
-    Without ID, list all rules, then the checks.
+    Without ID, list all rules, the generic classes, then the checks.
     """
     if not rule_id:
         _list(as_json)
