@@ -17,6 +17,7 @@ from probes.cluster_node import parse_ifname_list
 from probes.facts import installed_dist, visible_devices, winner_path
 from checks.model import Finding
 from checks.registry import check
+from knowledge import load_toml
 
 # Variables naming the interface a transport binds (syntax: HCCL's and NCCL's environment-variable references, Gloo's tcp/device.cc).
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
@@ -441,8 +442,6 @@ def devices_match(view: ClusterView) -> list[Finding]:
                 fix = f"on {n['label']}: list every device in {var} (or unset it), then `ray start` again"
             else:
                 why = "Ray's NPU detector without pyACL counts /dev/davinci? only, single digits"
-                from checks.cluster_runtime import ray_start_line  # that module builds on this one
-
                 fix = f"on {n['label']}: " + (ray_start_line(view, n, real) if kind == "npu" else
                                                 f"ray start ... --num-gpus={real}")
             out.append(_finding("cluster.devices", "fail" if view.gpus_per_node and ray_count < view.gpus_per_node
@@ -451,6 +450,16 @@ def devices_match(view: ClusterView) -> list[Finding]:
                                 f"Ray's {resource} resource on {n['label']} is {ray_count} but the node has {real} "
                                 f"devices ({why})", fix, {"ray": ray_count, "devices": real}, n["label"]))
     return out
+
+
+def ray_start_line(view: ClusterView, n: dict, npu: int) -> str:
+    """The `ray start` that registers the node's NPUs (verl's multi-machine script, with this
+    cluster's head, GCS port and the node's address)."""
+    gcs = (((view.report.get("ports") or {}).get("ray") or {}).get("gcs")
+           or load_toml("cluster_checklist.toml")["ray_ports"]["gcs"])
+    head = next((m for m in view.answered if m.get("head")), view.reference)
+    role = f"--head --port={gcs}" if n.get("head") else f"--address={head['ip'] if head else '<head ip>'}:{gcs}"
+    return f"ray start {role} --node-ip-address={n.get('ip')} --resources='{{\"NPU\": {npu}}}'"
 
 
 def _device_count(n: dict) -> tuple[str, int]:

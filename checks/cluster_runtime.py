@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from checks.cluster import ClusterView, _finding
+from checks.cluster import ClusterView, _finding, ray_start_line
 from checks.cluster_checklist import checklist, npus
 from checks.registry import check
 
@@ -95,15 +95,6 @@ def _blocked(src: str, dst: str, what: str, rs: list[dict]) -> object:
                     f"TCP from {src} to {dst} ({rs[0]['addr']}) on {WHAT.get(what, what)} {_ports_text(ports)}: "
                     f"{rs[0].get('error')}", fix,
                     {"from": src, "to": dst, "what": what, "ports": ports, "error": rs[0].get("error")}, dst)
-
-
-def ray_start_line(view: ClusterView, n: dict, npu: int) -> str:
-    """The `ray start` that registers the node's NPUs (verl's multi-machine script, with this
-    cluster's head, GCS port and the node's address)."""
-    gcs = ((view.report.get("ports") or {}).get("ray") or {}).get("gcs") or checklist()["ray_ports"]["gcs"]
-    head = next((m for m in view.answered if m.get("head")), view.reference)
-    role = f"--head --port={gcs}" if n.get("head") else f"--address={head['ip'] if head else '<head ip>'}:{gcs}"
-    return f"ray start {role} --node-ip-address={n.get('ip')} --resources='{{\"NPU\": {npu}}}'"
 
 
 @check("cluster.npu_resources", "cluster", "Ray registers every node's NPUs as NPU", scope="cluster")
