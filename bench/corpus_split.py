@@ -23,10 +23,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from knowledge.vocabulary import CATEGORIES  # noqa: E402  (a failure's category is one of the vocabulary)
+
 CORPUS = ROOT / "bench" / "corpus"
 SPLIT = CORPUS / "split.toml"
 HELDOUT_PERCENT = 50
-CATEGORIES = ("imports", "versions", "network", "workdir", "memory", "config", "data", "cluster", "other")
 HEADER = re.compile(r"^# (\w[\w-]*): ?(.*)$")
 
 

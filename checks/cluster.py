@@ -17,6 +17,7 @@ from probes.cluster_node import parse_ifname_list
 from probes.facts import installed_dist, visible_devices, winner_path
 from checks.model import Finding
 from checks.registry import check
+from knowledge import load_toml
 
 # Variables naming the interface a transport binds (syntax: HCCL's and NCCL's environment-variable references, Gloo's tcp/device.cc).
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
@@ -45,6 +46,7 @@ class ClusterView:
         for n in nodes:
             host, ip = n.get("hostname"), n.get("ip")
             n["label"] = host if host and hosts[host] == 1 else ip if ips[ip] == 1 else f"{ip}/{n.get('id', '')[:8]}"
+        self.labels = {n.get("id"): n["label"] for n in nodes}  # node id -> label, every node
 
     def others(self) -> list[dict]:
         return [n for n in self.answered if n is not self.reference]
@@ -440,8 +442,6 @@ def devices_match(view: ClusterView) -> list[Finding]:
                 fix = f"on {n['label']}: list every device in {var} (or unset it), then `ray start` again"
             else:
                 why = "Ray's NPU detector without pyACL counts /dev/davinci? only, single digits"
-                from checks.cluster_runtime import ray_start_line  # that module builds on this one
-
                 fix = f"on {n['label']}: " + (ray_start_line(view, n, real) if kind == "npu" else
                                                 f"ray start ... --num-gpus={real}")
             out.append(_finding("cluster.devices", "fail" if view.gpus_per_node and ray_count < view.gpus_per_node
@@ -450,6 +450,16 @@ def devices_match(view: ClusterView) -> list[Finding]:
                                 f"Ray's {resource} resource on {n['label']} is {ray_count} but the node has {real} "
                                 f"devices ({why})", fix, {"ray": ray_count, "devices": real}, n["label"]))
     return out
+
+
+def ray_start_line(view: ClusterView, n: dict, npu: int) -> str:
+    """The `ray start` that registers the node's NPUs (verl's multi-machine script, with this
+    cluster's head, GCS port and the node's address)."""
+    gcs = (((view.report.get("ports") or {}).get("ray") or {}).get("gcs")
+           or load_toml("cluster_checklist.toml")["ray_ports"]["gcs"])
+    head = next((m for m in view.answered if m.get("head")), view.reference)
+    role = f"--head --port={gcs}" if n.get("head") else f"--address={head['ip'] if head else '<head ip>'}:{gcs}"
+    return f"ray start {role} --node-ip-address={n.get('ip')} --resources='{{\"NPU\": {npu}}}'"
 
 
 def _device_count(n: dict) -> tuple[str, int]:
@@ -514,13 +524,12 @@ def links_work(view: ClusterView) -> list[Finding]:
     After the fact: gloo-connect-full-mesh-failed, gloo-hostname-loopback, hccl-socket-timeout,
     hccl-transport-init-error, torch-dist-store-timeout, nccl-watchdog-timeout"""
     out = _address_problems(view) + _shared_addresses(view)
-    by_label = {n.get("id"): n["label"] for n in view.report.get("nodes") or []}
     link = view.report.get("link")
     if not link:
         return out
     tested = 0
     for nid, res in (link.get("by_node") or {}).items():
-        label = by_label.get(nid, nid)
+        label = view.labels.get(nid, nid)
         if res.get("no_answer") or res.get("error"):
             out.append(_finding("cluster.link", "fail", f"link test did not run on {label}",
                                 res.get("no_answer") or res.get("error"), node=label))
@@ -531,7 +540,7 @@ def links_work(view: ClusterView) -> list[Finding]:
             tested += 1
             if r.get("ok"):
                 continue
-            target = by_label.get(r["to"], r["to"])
+            target = view.labels.get(r["to"], r["to"])
             out.append(_finding("cluster.link", "fail",
                                 f"{label} cannot reach {target} over {r['transport']}",
                                 f"TCP {r['address']}:{link['port']} ({r['transport']} address of {target}) from "
@@ -568,13 +577,12 @@ def collective_works(view: ClusterView) -> list[Finding]:
     if not coll:
         return [_finding("cluster.collective", "skip", "collective not run",
                          "add --deep to run a Gloo all-reduce (and NCCL/HCCL where devices exist) across the nodes")]
-    by_label = {n.get("id"): n["label"] for n in view.report.get("nodes") or []}
     out = []
     for backend in ("gloo", "nccl", "hccl"):
         ranks = coll.get(backend)
         if not ranks:
             continue
-        bad = {by_label.get(nid, nid): r for nid, r in ranks.items() if not r.get("ok")}
+        bad = {view.labels.get(nid, nid): r for nid, r in ranks.items() if not r.get("ok")}
         if bad:
             for label, r in bad.items():
                 why = r.get("no_answer") or r.get("error") or "wrong result"

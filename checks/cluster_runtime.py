@@ -10,17 +10,13 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from checks.cluster import ClusterView, _finding
+from checks.cluster import ClusterView, _finding, ray_start_line
 from checks.cluster_checklist import checklist, npus
 from checks.registry import check
 
 WHAT = {"hccl_host": "HCCL host ports (HCCL_HOST_SOCKET_PORT_RANGE)", "gcs": "the Ray GCS port",
         "dashboard": "the Ray dashboard port"}
 SHORT = {"hccl_host": "HCCL host ports", "gcs": "Ray GCS port", "dashboard": "Ray dashboard port"}
-
-
-def _labels(view: ClusterView) -> dict:
-    return {n.get("id"): n["label"] for n in view.report.get("nodes") or []}
 
 
 def _port_answers(view: ClusterView) -> dict:
@@ -47,7 +43,7 @@ def ports_answer(view: ClusterView) -> list:
 
     After the fact: hccl-socket-timeout, hccl-port-in-use, ray-gcs-unreachable
     """
-    labels, answers, out = _labels(view), _port_answers(view), []
+    labels, answers, out = view.labels, _port_answers(view), []
     taken = set()
     for nid, ans in answers.items():
         for where, why in (ans.get("listen_errors") or {}).items():
@@ -99,15 +95,6 @@ def _blocked(src: str, dst: str, what: str, rs: list[dict]) -> object:
                     f"TCP from {src} to {dst} ({rs[0]['addr']}) on {WHAT.get(what, what)} {_ports_text(ports)}: "
                     f"{rs[0].get('error')}", fix,
                     {"from": src, "to": dst, "what": what, "ports": ports, "error": rs[0].get("error")}, dst)
-
-
-def ray_start_line(view: ClusterView, n: dict, npu: int) -> str:
-    """The `ray start` that registers the node's NPUs (verl's multi-machine script, with this
-    cluster's head, GCS port and the node's address)."""
-    gcs = ((view.report.get("ports") or {}).get("ray") or {}).get("gcs") or checklist()["ray_ports"]["gcs"]
-    head = next((m for m in view.answered if m.get("head")), view.reference)
-    role = f"--head --port={gcs}" if n.get("head") else f"--address={head['ip'] if head else '<head ip>'}:{gcs}"
-    return f"ray start {role} --node-ip-address={n.get('ip')} --resources='{{\"NPU\": {npu}}}'"
 
 
 @check("cluster.npu_resources", "cluster", "Ray registers every node's NPUs as NPU", scope="cluster")

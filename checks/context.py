@@ -51,9 +51,13 @@ class CheckContext:
         return cls(cwd=base, python=resolved, env=env, launch=launch, **kw)
 
     @property
+    def node_count(self) -> int:
+        """The nodes the job spans: --nodes, else the launch's trainer.nnodes, else 1."""
+        return self.nodes if self.nodes is not None else (self.launch.nnodes if self.launch else 1)
+
+    @property
     def multi_node(self) -> bool:
-        n = self.nodes if self.nodes is not None else (self.launch.nnodes if self.launch else 1)
-        return n > 1
+        return self.node_count > 1
 
     @property
     def judges_this_machine(self) -> bool:
@@ -64,7 +68,7 @@ class CheckContext:
         the nodes when given; else this machine's count when it is a node of the job; else unknown."""
         per_node = self.options.get("cpus_per_node")
         if per_node:
-            n = max(int(self.nodes if self.nodes is not None else (self.launch.nnodes if self.launch else 1)), 1)
+            n = max(int(self.node_count), 1)
             return int(per_node) * n, f"--cpus-per-node {per_node} x {n} node{'s' * (n != 1)}"
         if not self.judges_this_machine:
             return None, "not judged: --scope launch without --cpus-per-node"

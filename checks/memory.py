@@ -6,8 +6,6 @@ above capacity, warn above 90%, with the top contributors and the cheapest knobs
 """
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
 import subprocess
@@ -115,28 +113,29 @@ def model_config(path: str | None, cwd: Path, env: dict[str, str] | None = None)
 
 
 def estimate_for(ctx):
-    """(MemoryEstimate or None, notes, where the model config came from) for a check context."""
+    """(MemoryEstimate or None, notes, where the model config came from, the model config) for a
+    check context; the config is handed on so a warning's suggestions need not find it again."""
     from checks.plan import memory_estimate
     from checks.verl_config import session
 
     sess = session(ctx)
     composed = sess.composed
     if composed.config is None:
-        return None, "the config did not compose (see config findings)", ""
+        return None, "the config did not compose (see config findings)", "", None
     cfg = composed.flat
     mcfg, where = model_config(cfg.get("actor_rollout_ref.model.path"), ctx.cwd, ctx.env)
     if mcfg is None:
-        return None, f"model config: {where}", ""
+        return None, f"model config: {where}", "", None
     try:
         capacity, cap_source = device_memory(ctx.options.get("device_memory"), ctx.options.get("device"),
                                              timeout=ctx.timeout, measure=ctx.judges_this_machine)
     except SizeError as exc:
-        return None, str(exc), where
+        return None, str(exc), where, mcfg
     try:
         est = memory_estimate(cfg, mcfg, capacity)
     except (KeyError, TypeError, ValueError) as exc:
-        return None, f"{where}: cannot read the model shape ({type(exc).__name__}: {exc})", where
-    return est, cap_source, where
+        return None, f"{where}: cannot read the model shape ({type(exc).__name__}: {exc})", where, mcfg
+    return est, cap_source, where, mcfg
 
 
 def describe(est) -> str:
@@ -179,7 +178,7 @@ def check_memory(ctx):
     After the fact: npu-oom, memory-cuda-oom, npu-oom-rollout-init, memory-oom-generate,
     memory-oom-weight-sync, memory-oom-log-prob, memory-oom-ref-log-prob, memory-oom-update,
     vllm-no-cache-blocks, vllm-free-memory-below-utilization"""
-    est, note, where = estimate_for(ctx)
+    est, note, where, mcfg = estimate_for(ctx)
     if est is None:
         return [Problem("skip", note)]
     evidence = {**est.to_dict(), "capacity_source": note, "model_config": where}
@@ -191,10 +190,9 @@ def check_memory(ctx):
         return [Problem("fail", describe(est) + source, fix, evidence, title="Estimated peak exceeds device memory")]
     if est.ratio > WARN_RATIO:
         from checks.plan import suggestions
+        from checks.verl_config import session
 
-        sess = ctx.__dict__["_config_session"]
-        mcfg = model_config(sess.composed.get("actor_rollout_ref.model.path"), ctx.cwd, ctx.env)[0] or {}
-        cfg_fix = suggestions(sess.composed.flat, mcfg, int(est.capacity * WARN_RATIO))
+        cfg_fix = suggestions(session(ctx).composed.flat, mcfg, int(est.capacity * WARN_RATIO))
         fix = "\n".join(" ".join(s["overrides"]) for s in cfg_fix)
         return [Problem("warn", describe(est) + source, fix, evidence, title="Estimated peak above 90% of device memory")]
     return [Problem("pass", describe(est) + source, evidence=evidence)]

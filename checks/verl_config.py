@@ -127,6 +127,15 @@ def effective_config(launch: Launch | None, version: str | None = None) -> dict[
     return compose_snapshot(hydra_overrides(launch), version).flat
 
 
+def launch_config(launch: Launch) -> dict[str, Any]:
+    """`effective_config`, or {} when it does not compose (an override Hydra rejects is config.*'s
+    finding, no snapshot for this verl): the launch's own values still count."""
+    try:
+        return effective_config(launch)
+    except Exception:
+        return {}
+
+
 # --- the probe subprocess ---------------------------------------------------------------------
 
 class ConfigProbe:

@@ -1,10 +1,9 @@
-"""Versions and builds of the stack, judged against the matrix in `knowledge/versions.toml` and
-against what the launch needs (`knowledge/stack.toml`).
+"""Versions and builds of the stack, judged against the matrix in `knowledge/versions.toml`.
 
 Everything is read without importing the heavy packages: distribution metadata through the probe,
 torch's build from torch/version.py, CANN / driver / firmware from their version files. Each
-mismatch names the nearest known-good set and the install command that gets there; `--deep` alone
-imports the stack, in the target interpreter, and reads its failures with the explain engine.
+mismatch names the nearest known-good set and the install command that gets there. What the
+launch needs of the stack is checks/versions_launch.py; `--deep` is checks/versions_deep.py.
 """
 from __future__ import annotations
 
@@ -12,440 +11,13 @@ import re
 from fnmatch import fnmatch
 from pathlib import Path
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-
-from probes.facts import installed_dist, package, probe_of, winner_path
+from probes.facts import installed_dist, package, probe_of
+from checks.matrix import (CPU_INDEX, DEFAULT_SET_ENV, pairings, row_of, set_env_path, cann_family, cann_in, cite, in_spec,
+    installed, matrix, nearest_fix, parse, placed, release, same_version, stack_names, unlisted,
+    verl_row)
 from checks.model import Problem
 from checks.registry import check
-
-CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # where the +cpu torch builds live
-SET_KEYS = ("cann", "torch", "torch_npu", "vllm", "vllm_ascend")  # what a known-good set fixes
-DEFAULT_SET_ENV = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
-
-
-def matrix() -> dict:
-    from knowledge import load_toml
-
-    return {**load_toml("versions.toml"), **load_toml("stack.toml")}
-
-
-def stack_names() -> tuple[str, ...]:
-    """The packages doctor reads, in knowledge/stack.toml's order, after python."""
-    return ("python", *matrix()["packages"])
-
-
-def parse(v: str | None) -> Version | None:
-    try:
-        return Version(v) if v else None
-    except InvalidVersion:
-        return None
-
-
-def public(v: str | None) -> str | None:
-    """2.7.1.post1+git4c901a4 -> 2.7.1.post1; 0.11.0+empty -> 0.11.0."""
-    p = parse(v)
-    return p.public if p else v
-
-
-def release(v: str | None) -> str | None:
-    """2.7.1+cpu -> 2.7.1; 0.7.0.dev0 -> 0.7.0."""
-    p = parse(v)
-    return p.base_version if p else v
-
-
-def same_version(a: str | None, b: str | None) -> bool:
-    pa, pb = parse(a), parse(b)
-    return bool(pa and pb and pa.public == pb.public) or (a is not None and a == b)
-
-
-def in_spec(v: str | None, spec: str | None) -> bool | None:
-    """None when either side cannot be judged."""
-    pv = parse(v)  # local labels matter only when the specifier names one (==2.7.1+cpu)
-    if pv is None or not spec:
-        return None
-    try:
-        return SpecifierSet(spec).contains(pv, prereleases=True)
-    except InvalidSpecifier:
-        return None
-
-
-def cann_in(cann: str | None, patterns) -> bool:
-    return bool(cann) and any(fnmatch(cann.upper(), p.upper()) for p in patterns)
-
-
-def cann_family(cann: str | None) -> str | None:
-    m = re.match(r"(\d+\.\d+)", cann or "")
-    return m.group(1) if m else None
-
-
-def installed(ctx) -> dict[str, str | None]:
-    """name -> version of what the target interpreter has (python, packages, CANN, driver)."""
-    facts = ctx.get_facts()
-    probe = probe_of(ctx)
-    out: dict[str, str | None] = {"python": (probe.get("python") or {}).get("version")}
-    for name in stack_names()[1:]:
-        dist = installed_dist(package(probe, name))
-        out[name] = dist.get("version") if dist else None
-    if out.get("verl") is None and probe.get("verl_version_file"):
-        out["verl"] = probe["verl_version_file"]  # a checkout run from source
-    asc = facts.get("ascend") or {}
-    out["cann"] = (asc.get("cann") or {}).get("version")
-    out["driver"] = (asc.get("driver") or {}).get("version")
-    return out
-
-
-def _row(rows: list[dict], version: str | None, key="version") -> dict | None:
-    return next((r for r in rows if same_version(r[key], version)), None) if version else None
-
-
-def verl_row(version: str | None) -> dict | None:
-    """The matrix row of a verl release; a dev/rc build is judged by its release's row, a newer
-    verl by the newest row not above it."""
-    v = parse(release(version))
-    if v is None:
-        return None
-    rows = [r for r in matrix()["verl"] if parse(r["version"]) and parse(r["version"]) <= v]
-    return max(rows, key=lambda r: parse(r["version"]), default=None)
-
-
-def cite(source: str) -> str:
-    """The short form of a row's source for a message (the full one is in the evidence)."""
-    return source.split(";")[0].split(" (")[0].strip()
-
-
-# --- where a version sits in the matrix ---------------------------------------------------------
-
-def placed(table: str, version: str | None) -> tuple[dict | None, str]:
-    """(the row to judge or suggest by, how `version` sits in `table`): "listed"; "newer" than every
-    row (the suggestion is the newest row of the same major line, never one picked by distance);
-    "older" than every row (the newest row); "unlisted" inside the range (the newest row of its
-    major.minor line, else the newest row below it). Documented rows win over uncertain ones."""
-    rows = matrix()[table]
-    row = _row(rows, public(version))
-    v = parse(version)
-    if row is not None or v is None:
-        return row, "listed" if row is not None else "unknown"
-    sure = [r for r in rows if parse(r["version"]) and not r.get("uncertain")] or rows
-    ranked = sorted(sure, key=lambda r: parse(r["version"]))
-    line = [r for r in ranked if parse(r["version"]).release[:2] == v.release[:2]]
-    if v > parse(ranked[-1]["version"]):
-        same_major = [r for r in ranked if parse(r["version"]).major == v.major]
-        return (same_major or ranked)[-1], "newer"
-    if line:
-        return line[-1], "unlisted"
-    if v < parse(ranked[0]["version"]):
-        return ranked[-1], "older"
-    return [r for r in ranked if parse(r["version"]) < v][-1], "unlisted"
-
-
-SITS = {"newer": "newer than the matrix", "older": "older than the matrix", "unlisted": "not in the matrix",
-        "unknown": "not a version doctor can read"}
-
-
-def row_set(table: str, row: dict) -> dict:
-    """The known-good set a matrix row documents (what it fixes of SET_KEYS)."""
-    if table == "torch_npu":
-        return {"cann": row["cann"][0], "torch": row["torch"], "torch_npu": row["version"],
-                "source": f"torch_npu {row['version']}: {row['source']}"}
-    return {"cann": row["cann"][0], "torch": row["torch"], "torch_npu": row["torch_npu"][0],
-            "vllm": row["vllm"][0], "vllm_ascend": row["version"], "python": row.get("python"),
-            "source": f"vllm-ascend {row['version']}: {row['source']}"}
-
-
-JUDGED_AGAINST = {"torch_npu": "torch and CANN", "vllm_ascend": "vllm, torch_npu and CANN"}
-
-
-def unlisted(table: str, have: dict, label: str) -> list[Problem]:
-    """A warning for a version the matrix does not list, with the documented set of its line."""
-    version = have[table]
-    row, how = placed(table, version)
-    if how == "listed":
-        return []
-    title = f"{label} {version} is {SITS[how]}"
-    cannot = f"doctor cannot judge {label} {version} against {JUDGED_AGAINST[table]}"
-    if row is None:
-        return [Problem("warn", cannot, "", {"installed": have}, title)]
-    target = row_set(table, row)
-    which = "newest documented" if how in ("newer", "older") else "documented"
-    names = ", ".join(f"{k} {target[k]}" for k in SET_KEYS if target.get(k))
-    msg = f"{cannot}; the {which} release of its line is {label} {row['version']} ({cite(row['source'])})."
-    cmd = install_command(have, target)
-    fix = (f"keep {label} {version} with the versions its release notes name, or use the {which} set: "
-           f"{names}" + (f"\n{cmd}" if cmd else ""))
-    return [Problem("warn", msg, fix, {"installed": have, "suggested": target, "sits": how}, title)]
-
-
-# --- known-good sets and the way there --------------------------------------------------------
-
-def known_good_sets() -> list[dict]:
-    m = matrix()
-    sets = []
-    for r in m["verl"]:
-        if "ascend" in r:
-            s = dict(r["ascend"])
-            s.update(verl=r["version"], source=f"verl {r['version']}: {r['source']}")
-            sets.append(s)
-    sets += [row_set("vllm_ascend", r) for r in m["vllm_ascend"]]
-    return sets
-
-
-def _newness(s: dict) -> tuple:
-    return tuple(parse(s.get(k)) or Version("0") for k in ("torch_npu", "vllm_ascend", "verl"))
-
-
-def nearest_set(have: dict) -> dict | None:
-    """The known-good set that takes the fewest changes from what is installed. Changing CANN
-    (root, driver pairing, every node) counts as two package changes; an installed verl counts
-    against sets of another verl; ties go to the newest set."""
-    def cost(s):
-        differs = sum(1 for k in ("torch", "torch_npu", "vllm", "vllm_ascend")
-                      if have.get(k) and not same_version(have[k], s[k]))
-        verl = bool(have.get("verl") and s.get("verl") and release(have["verl"]) != s["verl"])
-        return 2 * (not cann_in(have.get("cann"), [s["cann"]])) + differs + verl
-
-    sets = sorted(known_good_sets(), key=_newness, reverse=True)  # min() keeps the first of a tie
-    return min(sets, key=cost) if sets else None
-
-
-def install_command(have: dict, target: dict) -> str:
-    pip = matrix()["pip_names"]
-    pkgs = [f"{pip[k]}=={target[k]}" for k in ("torch", "torch_npu", "vllm_ascend")
-            if target.get(k) and not same_version(have.get(k), target[k])]
-    lines = []
-    if target.get("vllm") and not same_version(have.get("vllm"), target["vllm"]):
-        lines.append(f"VLLM_TARGET_DEVICE=empty pip install vllm=={target['vllm']}")
-    if pkgs:
-        lines.append("pip install " + " ".join(pkgs))
-    if not cann_in(have.get("cann"), [target["cann"]]):
-        lines.insert(0, f"install CANN {target['cann']} (toolkit + kernels/ops), then source its set_env.sh")
-    return "\n".join(lines)
-
-
-def set_names(target: dict) -> str:
-    names = ", ".join(f"{k} {target[k]}" for k in SET_KEYS if target.get(k))
-    return f"nearest known-good set ({target['source'].split(':')[0]}): {names}"
-
-
-def nearest_fix(have: dict) -> tuple[str, dict]:
-    target = nearest_set(have)
-    if target is None:
-        return "", {}
-    cmd = install_command(have, target)
-    return set_names(target) + (f"\n{cmd}" if cmd else ""), target
-
-
-def _pairings(key: str, version: str) -> set[str]:
-    """CANN versions that other documented sets pair with this package version."""
-    return {s["cann"] for s in known_good_sets() if same_version(s.get(key), version)}
-
-
-# --- what the launch needs of the stack (knowledge/stack.toml [[need]]) -------------------------
-
-def _verl_launch(launch) -> bool:
-    return launch.is_verl or bool(launch.entry and Path(launch.entry).name == "main_ppo.py")
-
-
-def _launch_config(launch) -> dict:
-    """verl's defaults (its config snapshot) under the launch's overrides; {} when they do not compose."""
-    try:
-        from checks.verl_config import effective_config
-
-        return effective_config(launch)
-    except Exception:  # an override Hydra rejects is config.*'s finding; the launch's own values still count
-        return {}
-
-
-def _device(launch, cfg: dict, have: dict) -> tuple[str | None, str]:
-    """The device verl will use and why doctor thinks so."""
-    if launch.has("trainer.device"):
-        dev = str(launch.get("trainer.device"))
-        return dev, f"trainer.device={dev}"
-    if have.get("torch_npu"):
-        return "npu", "trainer.device unset and torch_npu installed: verl picks the NPU"
-    dev = cfg.get("trainer.device", "cuda")
-    return dev, f"trainer.device unset: verl's default {dev}"
-
-
-def _loggers(value) -> list[str]:
-    if isinstance(value, str):
-        value = re.findall(r"[\w-]+", value)
-    return [str(v) for v in value or []]
-
-
-def launch_asks(ctx) -> dict | None:
-    """What the launch chooses that decides its stack (None: not a verl launch, no device named).
-    Computed once per context: several checks ask."""
-    if "_launch_asks" in ctx.__dict__:
-        return ctx.__dict__["_launch_asks"]
-    launch, asks = ctx.launch, None
-    verl = _verl_launch(launch) if launch is not None else False
-    if launch is not None and (verl or launch.has("trainer.device")):
-        cfg = _launch_config(launch) if verl else {}
-        device, said = _device(launch, cfg, installed(ctx))
-        rollout = launch.get("actor_rollout_ref.rollout.name", cfg.get("actor_rollout_ref.rollout.name"))
-        asks = {"verl": verl, "device": device, "device_from": said,
-                "rollout": None if rollout in (None, "???") else str(rollout),
-                "logger": _loggers(launch.get("trainer.logger", cfg.get("trainer.logger"))),
-                "multi_node": ctx.multi_node}
-    ctx.__dict__["_launch_asks"] = asks
-    return asks
-
-
-def _holds(when: dict, asks: dict) -> bool:
-    for key, want in when.items():
-        got = asks.get(key)
-        if not (want in got if isinstance(got, list) else got == want):
-            return False
-    return True
-
-
-def needed(asks: dict) -> list[dict]:
-    """The [[need]] entries of stack.toml that this launch's choices call for, one per part."""
-    out: dict[str, dict] = {}
-    for need in matrix()["need"]:
-        if _holds(need["when"], asks):
-            out.setdefault(need["part"], need)
-    return list(out.values())
-
-
-def _present(part: str, have: dict, ctx) -> bool:
-    if part in ("cann", "driver"):
-        return bool(have.get(part))
-    return bool(have.get(part) or winner_path(package(probe_of(ctx), part).get("spec")))
-
-
-def missing_parts(ctx) -> list[str]:
-    """The parts the launch needs and the interpreter (or node) lacks."""
-    asks = launch_asks(ctx)
-    have = installed(ctx)
-    return [n["part"] for n in needed(asks) if not _present(n["part"], have, ctx)] if asks else []
-
-
-def verl_for(target: dict | None) -> str:
-    """The verl release that goes with a known-good set: the one documenting it, else the newest
-    whose vllm bound admits the set's vllm, else the newest."""
-    rows = sorted(matrix()["verl"], key=lambda r: parse(r["version"]), reverse=True)
-    target = target or {}
-    for r in rows:
-        if r.get("ascend", {}).get("vllm_ascend") == target.get("vllm_ascend") and target.get("vllm_ascend"):
-            return r["version"]
-    fits = [r for r in rows if target.get("vllm") and in_spec(target["vllm"], r["vllm"])]
-    return (fits or rows)[0]["version"]
-
-
-def launch_target(have: dict) -> dict | None:
-    """The set a missing part's install line comes from: the nearest known-good set, or, beside a
-    torch_npu the matrix does not list, the documented set of that torch_npu's line."""
-    if have.get("torch_npu"):
-        row, how = placed("torch_npu", have["torch_npu"])
-        if row is not None and how != "listed":
-            return row_set("torch_npu", row)
-    return nearest_set(have)
-
-
-def _pattern(p: str) -> str:
-    """A driver pattern as a person writes it: 25.2.* -> 25.2.x, 25.3.RC1* -> 25.3.RC1."""
-    return re.sub(r"\.\*$", ".x", p).rstrip("*") or "see its release notes"
-
-
-def part_install(part: str, need: dict, target: dict | None, asks: dict) -> str:
-    """The install line of one missing part: from the nearest known-good set where it has one."""
-    if need.get("install"):
-        return need["install"]
-    t, npu = target or {}, asks.get("device") == "npu"
-    if part == "cann":
-        return f"install CANN {t.get('cann')} (toolkit + kernels/ops), then source its set_env.sh"
-    if part == "driver":
-        row = _row(matrix()["cann"], t.get("cann")) or {"driver": ["*"]}
-        return (f"install the Ascend HDK driver and firmware paired with CANN {t.get('cann')} "
-                f"({_pattern(row['driver'][0])}), then check: npu-smi info")
-    if part == "torch" and need.get("build") == "cuda":
-        return "pip install torch  (a CUDA build, from the index for your CUDA: https://download.pytorch.org/whl/)"
-    if part == "verl":
-        return f"pip install verl=={verl_for(t if npu else None)}"
-    if part == "vllm" and not npu:
-        bound = (verl_row(verl_for(None)) or {}).get("vllm", "")
-        return f"pip install 'vllm{bound}'"
-    pip = matrix()["pip_names"].get(part, part)
-    prefix = "VLLM_TARGET_DEVICE=empty " if part == "vllm" else ""  # vllm-ascend brings the NPU platform
-    if t.get(part):
-        return f"{prefix}pip install {pip}=={t[part]}"
-    return f"{prefix}pip install {pip}  (no documented set has your torch_npu: the release made for it)"
-
-
-def npu_set(part: str, asks: dict, target: dict | None) -> bool:
-    """Does the part's install line come from an NPU known-good set?"""
-    return bool(target) and asks.get("device") == "npu" and (part == "driver" or bool(target.get(part)))
-
-
-def _cuda_build(ctx, have: dict, need: dict) -> list[Problem]:
-    """torch is there, but not the build the device needs."""
-    build = probe_of(ctx).get("torch_build") or {}
-    if not have.get("torch") or not need.get("build") or build.get("kind") in (None, need["build"]):
-        return []
-    return [Problem("fail",
-                    f"torch {have['torch']} is a {build['kind']} build; {need['why']} ({cite(need['source'])}).",
-                    f"pip install torch=={release(have['torch'])} --index-url https://download.pytorch.org/whl/cu128  "
-                    "(the cuXXX index of your CUDA)", {"torch_build": build},
-                    f"The launch runs on cuda, but torch {have['torch']} is a {build['kind']} build")]
-
-
-def _no_launch(ctx, have: dict) -> Problem:
-    absent = [n.replace("_", "-") for n in ("torch", "torch_npu", "vllm", "vllm_ascend", "verl", "ray")
-              if not have.get(n)]
-    msg = ("no launch given, so doctor cannot tell which device, rollout engine, logger and node count "
-           "the job needs; not judged: whether it needs CANN and the NPU driver on this node"
-           + (f", or {', '.join(absent)} in {ctx.python}" if absent else ""))
-    fix = "give the launch: doctor check -- bash run_grpo.sh"
-    if have.get("torch"):
-        return Problem("skip", msg, fix, {"installed": have})
-    return Problem("warn", msg + " (it has no torch at all)", fix, {"installed": have},
-                   "torch is not installed and no launch says what the job needs")
-
-
-def _missing(ctx, need: dict, asks: dict, target: dict | None) -> Problem:
-    part = need["part"]
-    label = {"cann": "CANN", "driver": "the NPU driver"}.get(part, part.replace("_", "-"))
-    on = f" (the launch runs on {asks['device']}: {asks['device_from']})" if "device" in need["when"] else ""
-    where = {"cann": "this node has no CANN toolkit (ASCEND_HOME_PATH, /usr/local/Ascend)",
-             "driver": "this node has no NPU driver (/usr/local/Ascend/driver/version.info)"}.get(
-        part, f"{ctx.python} has no {label}")
-    fix = part_install(part, need, target, asks)
-    if npu_set(part, asks, target):
-        fix += f"\n({set_names(target)})"
-    return Problem("fail", f"{need['why']} ({cite(need['source'])}){on}; {where}.", fix,
-                   {"part": part, "asks": asks, "nearest": target}, f"The launch needs {label}: not installed")
-
-
-@check("versions.launch_stack", "versions", "The stack holds what the launch needs", needs=("probe",), scope="node")
-def launch_stack(ctx):
-    """What it checks: every part of the stack the launch's choices call for is installed: the
-    device's (npu: torch, torch_npu, CANN and the driver; cuda: a CUDA build of torch), the rollout
-    engine's (vllm, plus vllm-ascend on NPU; sglang), verl itself, Ray (verl and multi-node jobs)
-    and each logger's package (wandb, mlflow, ...). The table is knowledge/stack.toml [[need]].
-    How the job fails without it: the first import of the missing part, minutes in: ModuleNotFoundError
-    in a Ray worker, libhccl.so not found, "Failed to infer device type", or wandb missing after the
-    model has loaded.
-    Fix: the install line of each missing part, from the nearest known-good set of
-    knowledge/versions.toml where the part belongs to one.
-    After the fact: python-module-not-found, python-entry-module-missing, verl-vllm-not-installed,
-    npu-libhccl-missing, vllm-platform-not-detected, torch-distributed-backend-missing
-    """
-    have = installed(ctx)
-    if ctx.launch is None:
-        return [_no_launch(ctx, have)]
-    asks = launch_asks(ctx)
-    if asks is None:
-        return [Problem("skip", "the launch is not verl's entry point and names no trainer.device")]
-    target = launch_target(have)
-    out = []
-    for need in needed(asks):
-        if _present(need["part"], have, ctx):
-            out += _cuda_build(ctx, have, need)
-        else:
-            out.append(_missing(ctx, need, asks, target))
-    return out
+from checks.versions_launch import missing_parts
 
 
 # --- the installed stack against the matrix -----------------------------------------------------
@@ -500,7 +72,7 @@ def _torch_npu_torch(ctx, have: dict, row: dict, fix: str, ev: dict) -> list[Pro
 
 def _torch_npu_cann(have: dict, row: dict, fix: str, ev: dict) -> list[Problem]:
     cann = have.get("cann")
-    documented = set(row["cann"]) | _pairings("torch_npu", have["torch_npu"])
+    documented = set(row["cann"]) | pairings("torch_npu", have["torch_npu"])
     if not cann or cann_in(cann, documented):
         return []
     status = "warn" if cann_family(cann) in {cann_family(c) for c in documented} else "fail"
@@ -519,6 +91,19 @@ def _python_fits(have: dict, row: dict, label: str, ev: dict) -> list[Problem]:
                     f"Python {have['python']} is outside {label}'s {row['python']}")]
 
 
+def _against_row(ctx, table: str, label: str, judge) -> list[Problem]:
+    """The installed `table` package judged by `judge(have, row, fix, evidence)` against its matrix
+    row; not installed is a skip, a version the matrix does not list a warning (`unlisted`)."""
+    have = installed(ctx)
+    if not have.get(table):
+        return [Problem("skip", f"{label} is not installed")]
+    row, how = placed(table, have[table])
+    if how != "listed":
+        return unlisted(table, have, label, row, how)
+    fix, target = nearest_fix(have)
+    return judge(have, row, fix, {"installed": have, "row": row, "nearest": target})
+
+
 @check("versions.torch_npu", "versions", "torch_npu matches torch, CANN and Python", scope="node")
 def torch_npu(ctx):
     """What it checks: the installed torch_npu against its row in knowledge/versions.toml (from
@@ -531,16 +116,9 @@ def torch_npu(ctx):
     After the fact: npu-torch-npu-symbol-mismatch, torch-npu-autoload-failed, hccl-cann-version-mismatch,
     npu-set-precision-mode-failed
     """
-    have = installed(ctx)
-    if not have.get("torch_npu"):
-        return [Problem("skip", "torch_npu is not installed")]
-    row, how = placed("torch_npu", have["torch_npu"])
-    if how != "listed":
-        return unlisted("torch_npu", have, "torch_npu")
-    fix, target = nearest_fix(have)
-    ev = {"installed": have, "row": row, "nearest": target}
-    return (_torch_npu_torch(ctx, have, row, fix, ev) + _torch_npu_cann(have, row, fix, ev)
-            + _python_fits(have, row, f"torch_npu {have['torch_npu']}", ev))
+    return _against_row(ctx, "torch_npu", "torch_npu", lambda have, row, fix, ev: (
+        _torch_npu_torch(ctx, have, row, fix, ev) + _torch_npu_cann(have, row, fix, ev)
+        + _python_fits(have, row, f"torch_npu {have['torch_npu']}", ev)))
 
 
 def _va_vllm(have: dict, row: dict, fix: str, ev: dict) -> list[Problem]:
@@ -590,16 +168,9 @@ def vllm_ascend(ctx):
     After the fact: vllm-platform-not-detected, vllm-engine-core-init-failed, npu-nnal-symbol-mismatch,
     npu-libatb-missing
     """
-    have = installed(ctx)
-    if not have.get("vllm_ascend"):
-        return [Problem("skip", "vllm-ascend is not installed")]
-    row, how = placed("vllm_ascend", have["vllm_ascend"])
-    if how != "listed":
-        return unlisted("vllm_ascend", have, "vllm-ascend")
-    fix, target = nearest_fix(have)
-    ev = {"installed": have, "row": row, "nearest": target}
-    return (_va_vllm(have, row, fix, ev) + _va_torch_npu(have, row, ev) + _va_cann(have, row, fix, ev)
-            + _python_fits(have, row, f"vllm-ascend {row['version']}", ev))
+    return _against_row(ctx, "vllm_ascend", "vllm-ascend", lambda have, row, fix, ev: (
+        _va_vllm(have, row, fix, ev) + _va_torch_npu(have, row, ev) + _va_cann(have, row, fix, ev)
+        + _python_fits(have, row, f"vllm-ascend {row['version']}", ev)))
 
 
 def _verl_vllm(have: dict, row: dict, ev: dict) -> list[Problem]:
@@ -726,10 +297,6 @@ def builds(ctx):
     return out
 
 
-def _set_env(cann: dict | None) -> str:
-    return (cann or {}).get("set_env") or DEFAULT_SET_ENV
-
-
 def _stale_dirs(env: dict, cann: dict | None) -> list[Problem]:
     out = []
     home, opp = env.get("ASCEND_HOME_PATH"), env.get("ASCEND_OPP_PATH")
@@ -773,7 +340,7 @@ def cann_env(ctx):
             "fail" if needs else "warn",
             f"{', '.join(missing)} unset while CANN is at {cann['home']}; torch_npu cannot find its "
             "libraries (libhccl.so / libascendcl.so: cannot open shared object file).",
-            f"source {_set_env(cann)}", {"cann": cann, "env": env},
+            f"source {set_env_path(cann)}", {"cann": cann, "env": env},
             f"CANN {cann.get('version') or ''} is installed but set_env.sh was not sourced".replace("  ", " ")))
     return out
 
@@ -793,7 +360,7 @@ def _cann_row(cann: dict | None) -> dict | None:
     version = (cann or {}).get("version")
     if not version:
         return None
-    return _row(matrix()["cann"], version) or next(
+    return row_of(matrix()["cann"], version) or next(
         (r for r in matrix()["cann"] if r["version"].upper() == version.upper()), None)
 
 
@@ -827,190 +394,4 @@ def driver(ctx):
             "fail", f"driver {ver} at {drv['path']} declares compatible_version_fw={drv['compatible_firmware']}",
             "upgrade the NPU firmware to the one shipped with this driver (Ascend HDK), then reboot",
             {"driver": drv}, f"Firmware {fw['version']} is outside the driver's range {drv['compatible_firmware']}"))
-    return out
-
-
-# --- --deep: does the stack actually import, and do a device op and a collective work? -------
-
-DEEP_SCRIPT = r"""
-import json, sys, time, traceback
-want = json.loads(sys.argv[1])
-out = {}
-
-def innermost(exc):
-    # the first link of the chain: what `raise ... from` and "During handling" point back to
-    seen = set()
-    while id(exc) not in seen:
-        seen.add(id(exc))
-        nxt = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
-        if nxt is None:
-            break
-        exc = nxt
-    return exc
-
-def line(exc):
-    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:400]}"
-
-def attempt(name, fn):
-    t0 = time.perf_counter()
-    try:
-        out[name] = {"ok": True, "detail": fn()}
-    except BaseException as exc:  # an import can raise anything, SystemExit included
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        out[name] = {"ok": False, "error": line(exc), "innermost": line(innermost(exc)),
-                     "traceback": text[-20000:]}
-    out[name]["seconds"] = round(time.perf_counter() - t0, 2)
-
-attempt("torch", lambda: __import__("torch").__version__)
-for mod in want["modules"] if out["torch"]["ok"] else ():  # after a failed torch, a retry fails anew
-    attempt(mod, lambda mod=mod: getattr(__import__(mod), "__version__", "imported"))
-
-def device_op():
-    import torch
-    if "torch_npu" in want["modules"]:
-        return str(torch.ones(4).npu().sum().item())
-    if torch.cuda.is_available():
-        return str(torch.ones(4).cuda().sum().item())
-    return "no accelerator: skipped"
-
-def gloo():
-    import socket, torch, torch.distributed as dist
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    t = torch.ones(2)
-    dist.all_reduce(t)
-    dist.destroy_process_group()
-    return str(t.tolist())
-
-if out["torch"]["ok"]:
-    attempt("device_op", device_op)
-    attempt("gloo_all_reduce", gloo)
-print(json.dumps(out))
-"""
-
-# Errors whose cause is the environment of CANN, not the package (Ascend/pytorch
-# torch_npu/_init/core/module_loader.py _check_npu_import; its FAQ on libhccl.so).
-_ENV_ERRORS = ("libhccl.so", "libascendcl.so", "libatb.so", "ASCEND_HOME_PATH", "ASCEND_OPP_PATH")
-_WHAT = {"device_op": "A tiny device op failed", "gloo_all_reduce": "A one-process Gloo all-reduce failed"}
-
-
-def deep_probe(ctx, modules: list[str]) -> dict:
-    import json
-    import subprocess
-
-    try:
-        r = subprocess.run([ctx.python, "-c", DEEP_SCRIPT, json.dumps({"modules": modules})],
-                           cwd=str(ctx.cwd), env=ctx.env, capture_output=True, text=True,
-                           timeout=max(ctx.timeout, 10) * 6, start_new_session=True)
-    except subprocess.TimeoutExpired:
-        return {"error": f"importing the stack did not finish within {max(ctx.timeout, 10) * 6:g} s"}
-    except OSError as exc:
-        return {"error": f"cannot run {ctx.python}: {exc.strerror or exc}"}
-    try:
-        return json.loads(r.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        tail = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
-        return {"error": f"the interpreter died while importing the stack: {tail[:300]}"}
-
-
-def _loads_installed(ctx, name: str) -> bool:
-    """`import name` resolves to the files of its installed distribution (nothing shadows it)."""
-    pkg = package(probe_of(ctx), name)
-    dist = installed_dist(pkg) or {}
-    return bool(dist.get("files_at")) and dist["files_at"] == winner_path(pkg.get("spec"))
-
-
-def explained(ctx, name: str, result: dict):
-    """The explain engine's root cause of one failure, read from its whole exception chain (the
-    chain's first link is printed first, so a real cause outranks the RuntimeError built on it).
-    A rule about a shadowing copy is dropped when the probe saw the installed copy load: Python's
-    "(most likely due to a circular import)" is then a broken install, not a shadow."""
-    from matching.explain import explain_text
-
-    text = result.get("traceback") or result.get("error") or ""
-    found = [e for e in explain_text(text) if not e.subsumed_by
-             and not (e.category == "imports" and _loads_installed(ctx, name))]
-    found.sort(key=lambda e: e.consequence)  # a consequence only when nothing names the cause
-    return found[0] if found else None
-
-
-def _cann_line(ctx, have: dict) -> str:
-    """The concrete CANN step: source the one installed, else install the one torch_npu's line names."""
-    cann = (ctx.get_facts().get("ascend") or {}).get("cann")
-    if cann:
-        return f"source {_set_env(cann)}  (CANN {cann.get('version') or ''} is installed; its environment is not set)"
-    row, how = placed("torch_npu", have.get("torch_npu")) if have.get("torch_npu") else (None, "")
-    if row is None:
-        return "install the CANN your torch_npu is built for (toolkit + kernels/ops), then source its set_env.sh"
-    said = "" if how == "listed" else (f", the CANN of torch_npu {row['version']} (torch_npu {have['torch_npu']} "
-                                        f"is {SITS[how]})")
-    return f"install CANN {row['cann'][0]}{said} (toolkit + kernels/ops), then source its set_env.sh"
-
-
-def deep_fix(ctx, name: str, result: dict, expl, have: dict) -> str:
-    """A fix that follows the innermost cause: the explain rule's, with CANN made concrete."""
-    cause = f"{result.get('innermost') or ''}\n{result.get('error') or ''}"
-    if any(e in cause for e in _ENV_ERRORS):
-        step = _cann_line(ctx, have)
-        return f"{step}\n{expl.fix}" if expl else f"{step} (and /usr/local/Ascend/nnal/atb/set_env.sh for libatb)"
-    if expl:
-        return expl.fix
-    if name in _WHAT:
-        return "check the device (npu-smi info / nvidia-smi) and the loopback interface (ip link set lo up)"
-    pip = matrix()["pip_names"].get(name, name)
-    return f"pip install --force-reinstall --no-deps {pip}=={have.get(name) or '<version>'}"
-
-
-def _deep_groups(ctx, result: dict) -> dict[str, list[tuple[str, dict, object]]]:
-    """Failures grouped by cause (one finding per fact: `import torch` and `import torch_npu`
-    failing on the same missing libhccl.so is one finding)."""
-    groups: dict[str, list] = {}
-    for name, r in result.items():
-        if r.get("ok"):
-            continue
-        expl = explained(ctx, name, r)
-        key = expl.rule if expl else (r.get("innermost") or r.get("error") or name)
-        groups.setdefault(key, []).append((name, r, expl))
-    return groups
-
-
-def _deep_problem(ctx, group: list, have: dict) -> Problem:
-    name, r, expl = group[0]
-    names = [n for n, _, _ in group]
-    imports = [f"`import {n}`" for n in names if n not in _WHAT]
-    what = (" and ".join(imports) + (" fails" if len(imports) == 1 else " fail")) if imports else _WHAT[name]
-    inner = r.get("innermost") or r.get("error")
-    lines = [r["error"]] + ([f"innermost cause: {inner}"] if inner and inner != r["error"] else [])
-    if expl:
-        lines.append(expl.cause)
-    return Problem("fail", "\n".join(lines), deep_fix(ctx, name, r, expl, have),
-                   {"results": {n: res for n, res, _ in group}, "rule": expl.rule if expl else None},
-                   f"{what}: {expl.title if expl else inner}")
-
-
-@check("versions.deep", "versions", "The stack imports and runs (--deep)", needs=("deep",), scope="node")
-def deep(ctx):
-    """What it checks: the stack really imports in the target interpreter (torch, then torch_npu,
-    vllm, vllm-ascend where installed), a tiny op runs on the device, and a one-process Gloo
-    all-reduce works. A failure's whole exception chain goes through the explain engine, so the
-    finding names the innermost cause and its fix follows that cause.
-    How the job fails without it: the same import fails in every Ray worker a few minutes in.
-    Fix: the explain rule's fix for the innermost cause (e.g. source or install CANN for a missing
-    libhccl.so); a reinstall of the package only when nothing explains the failure.
-    After the fact: npu-libhccl-missing, npu-libatb-missing, torch-npu-autoload-failed,
-    npu-torch-npu-symbol-mismatch, npu-set-device-failed
-    """
-    have = installed(ctx)
-    modules = [m for m in ("torch_npu", "vllm", "vllm_ascend") if have.get(m)]
-    result = deep_probe(ctx, modules)
-    if "error" in result:
-        return [Problem("fail", result["error"],
-                        f"run it by hand to see the traceback: {ctx.python} -c 'import torch'", result,
-                        "Importing the stack failed")]
-    out = [_deep_problem(ctx, g, have) for g in _deep_groups(ctx, result).values()]
-    if not out:
-        done = ", ".join(f"{k} ({v['seconds']} s)" for k, v in result.items())
-        out.append(Problem("pass", done, evidence={"results": result}))
     return out

@@ -66,14 +66,11 @@ def expected_shape(ctx) -> tuple[int | None, int | None]:
     gpus = None
     launch = ctx.launch
     if launch is not None and launch.is_verl:
-        try:
-            from checks.verl_config import effective_config
+        from checks.verl_config import launch_config
 
-            cfg = effective_config(launch)
-            nnodes = nnodes or cfg.get("trainer.nnodes")
-            gpus = cfg.get("trainer.n_gpus_per_node")
-        except Exception:  # no snapshot for this verl: the launch's own values still count
-            pass
+        cfg = launch_config(launch)
+        nnodes = nnodes or cfg.get("trainer.nnodes")
+        gpus = cfg.get("trainer.n_gpus_per_node")
     if launch is not None:
         if nnodes is None and launch.has("trainer.nnodes"):
             nnodes = launch.nnodes
@@ -94,33 +91,31 @@ def _ports_settings() -> dict:
 
 def job_facts(ctx) -> dict:
     """What the checklist's checks need from the launch: trainer.device, the rollout engine and the
-    model's size in billions of parameters (from its config.json, else from its name, e.g. '32B')."""
+    model's size in billions of parameters (from its config.json, found as memory.estimate finds it,
+    else from its name, e.g. '32B')."""
     import re
 
     launch = ctx.launch
     if launch is None:
         return {}
-    cfg: dict = {}
-    if launch.is_verl:
-        try:
-            from checks.verl_config import effective_config
+    from checks.verl_config import launch_config
 
-            cfg = effective_config(launch)
-        except Exception:  # no snapshot for this verl: the launch's own values still count
-            cfg = {}
+    cfg = launch_config(launch) if launch.is_verl else {}
 
     def value(key: str):
-        return launch.get(key) if launch.has(key) else cfg.get(key)
+        return launch.get(key, cfg.get(key))
 
     job = {"device": value("trainer.device"), "rollout": value("actor_rollout_ref.rollout.name")}
     path = value("actor_rollout_ref.model.path")
     if path:
-        from checks.memory import model_config
+        from checks.model_source import find
         from checks.plan import model_shape
 
-        config, _ = model_config(str(path), ctx.cwd)
+        found = find(str(path), ctx.cwd, ctx.env)  # the launch's HF_HOME / HF_HUB_CACHE count
+        said = {"hf-cache": "its config.json in the Hugging Face cache", "table": "doctor's model table"}
         try:
-            job.update(params_b=round(model_shape(config).params / 1e9, 2), params_from="its config.json")
+            job.update(params_b=round(model_shape(found.config).params / 1e9, 2),
+                       params_from=said.get(found.origin, "its config.json"))
         except Exception:  # no config here, or not a decoder config: the name may still say
             m = re.search(r"(?i)(?<![\d.])(\d+(?:\.\d+)?)b(?![a-z])", os.path.basename(str(path).rstrip("/")))
             if m:

@@ -252,22 +252,13 @@ def _plan_section(ctx, config: dict | None, device_memory: str | None):
         return None, None
     cfg = config["effective"]
     plan = batch_plan(cfg)
-    model_cfg = _model_config(ctx, cfg.get("actor_rollout_ref.model.path"))
+    from checks.memory import model_config  # what doctor check and doctor plan use: path, HF cache, table
+
+    model_cfg, _where = model_config(cfg.get("actor_rollout_ref.model.path"), ctx.cwd, ctx.env)
     memory = None
     if model_cfg is not None:
         memory = memory_estimate(cfg, model_cfg, _bytes(device_memory)).to_dict()
     return plan, memory
-
-
-def _model_config(ctx, path: Any) -> dict | None:
-    if not isinstance(path, str) or not path:
-        return None
-    p = Path(os.path.expanduser(path))
-    p = p if p.is_absolute() else ctx.cwd / p
-    try:
-        return json.loads((p / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def _bytes(text: str | None) -> int | None:

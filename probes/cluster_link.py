@@ -58,6 +58,20 @@ def expected_accepts(me: str, plan: dict) -> dict[str, int]:
     return counts
 
 
+def listening_socket(addr: str, port: int) -> socket.socket:
+    """A TCP listener on addr:port, or OSError. SO_REUSEADDR: a port the last round left in
+    TIME_WAIT binds again."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((addr, port))
+        sock.listen(64)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def link_test(me: str, plan: dict, port: int, window: float) -> dict:
     """Round 2 on one node: listen on our addresses, connect to every peer's, on one port."""
     stop = time.monotonic() + window
@@ -66,10 +80,7 @@ def link_test(me: str, plan: dict, port: int, window: float) -> dict:
     expected = expected_accepts(me, plan)
     for addr in dict.fromkeys(mine.values()):
         try:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((addr, port))
-            sock.listen(64)
+            sock = listening_socket(addr, port)
         except OSError as exc:
             errors[addr] = f"cannot listen on {addr}:{port}: {exc.strerror or exc}"
             continue

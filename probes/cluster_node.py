@@ -27,18 +27,22 @@ STACK_SOURCE = ("verl",)  # packages whose git commit counts as their code versi
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")  # never leave the node
 
 
-def node_environment() -> dict[str, str]:
-    """The environment of this node's `ray start`: the raylet's, which every worker inherits,
-    without what Ray adds for its workers (runtime_env paths on PYTHONPATH)."""
-    env = None
+def _raylet():
     try:
         import psutil
 
-        for parent in psutil.Process().parents():
-            if parent.name() == "raylet":
-                env = parent.environ()
-                break
-    except Exception:  # no psutil, no permission: the worker's own environment is close enough
+        return next((p for p in psutil.Process().parents() if p.name() == "raylet"), None)
+    except Exception:  # no psutil, no permission
+        return None
+
+
+def node_environment() -> dict[str, str]:
+    """The environment of this node's `ray start`: the raylet's, which every worker inherits,
+    without what Ray adds for its workers (runtime_env paths on PYTHONPATH)."""
+    raylet = _raylet()
+    try:
+        env = raylet.environ() if raylet is not None else None
+    except Exception:  # no permission: the worker's own environment is close enough
         env = None
     if env is None:
         env = dict(os.environ)
@@ -49,15 +53,6 @@ def node_environment() -> dict[str, str]:
         else:
             env.pop("PYTHONPATH")
     return dict(env)
-
-
-def _raylet():
-    try:
-        import psutil
-
-        return next((p for p in psutil.Process().parents() if p.name() == "raylet"), None)
-    except Exception:  # no psutil, no permission
-        return None
 
 
 def open_file_limit(pid: int) -> list[int | None] | None:

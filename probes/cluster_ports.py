@@ -15,6 +15,8 @@ import selectors
 import socket
 import time
 
+from probes.cluster_link import listening_socket
+
 RETRY_S = 0.05  # a refused connect is retried: the peer may not listen yet
 
 
@@ -76,12 +78,8 @@ def holder_of(addr: str, port: int) -> str:
 
 def _listen(sel, me: str, addr: str, port: int, expected: int) -> str | None:
     try:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((addr, port))
-        s.listen(64)
+        s = listening_socket(addr, port)
     except OSError as exc:
-        s.close()
         if exc.errno == errno.EADDRINUSE:
             return f"taken by {holder_of(addr, port)}"
         return f"cannot listen: {exc.strerror or exc}"

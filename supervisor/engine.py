@@ -67,12 +67,3 @@ class ReferenceEngine(Engine):
         """A knob the reference trainer acts on (verl's engine-only keys are accepted, inert)."""
         spec = KEYS.get(key)
         return spec is not None and spec.effect
-
-
-def engine_from_spec(spec: dict[str, Any]) -> Engine:
-    """Rebuild the engine recorded in run.json (for --resume); the environment is today's."""
-    if spec.get("engine") == "verl":
-        from supervisor.verl_engine import VerlEngine  # it subclasses Engine: imported on demand
-
-        return VerlEngine.from_spec(spec)
-    return ReferenceEngine(spec.get("overrides", []), cwd=spec.get("cwd"), python=spec.get("python"))

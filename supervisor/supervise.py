@@ -30,11 +30,12 @@ from supervisor import downshift
 from supervisor.child_process import (redacted_lines, signal_if_running, signal_pid, signal_session,
                                    start_child)
 from supervisor.diagnosis import Diagnosis, diagnose
-from supervisor.engine import Engine, engine_from_spec
+from supervisor.engine import Engine, ReferenceEngine
 from supervisor.ledger import Attempt, now, read_ledger, write_ledger
 from supervisor.overrides import hydra_value, override_delta, parse_overrides, set_override
 from supervisor.preflight import failed_checks, failure_report
 from supervisor.ray_nodes import answering_nodes
+from supervisor.verl_engine import VerlEngine
 
 SCHEMA = "doctor.train/v1"
 STEP_LINE = re.compile(r"(?:^|\s)step:(\d+)\b")
@@ -43,6 +44,13 @@ CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
 
 class SupervisorError(Exception):
     """The supervisor cannot do its job (bad run dir, unreadable state): one line, exit 2."""
+
+
+def engine_from_spec(spec: dict[str, Any]) -> Engine:
+    """Rebuild the engine recorded in run.json (for --resume); the environment is today's."""
+    if spec.get("engine") == "verl":
+        return VerlEngine.from_spec(spec)
+    return ReferenceEngine(spec.get("overrides", []), cwd=spec.get("cwd"), python=spec.get("python"))
 
 
 def read_checkpoint_step(ckpt_dir: Path) -> int:

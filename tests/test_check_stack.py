@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tests.lab.ascend import lay_cann, lay_driver, sourced_env
 from tests.lab.pyenv import SEED_STACK, lay_dist, lay_stack, make_venv, torch_version_py
+from tests.lab.image import image
 from tests.lab.run import check_inproc, clean_env, problems
 
 # The seed article's launch (section 3.5), the lines that decide the stack.
@@ -40,7 +41,7 @@ def test_empty_stack_with_the_seed_launch_fails_naming_each_missing_part(tmp_pat
                                     "install the Ascend HDK driver")), f["fix"]
     assert len(found) == 8  # logger console: no wandb needed
     # The install lines come from one documented known-good set (knowledge/versions.toml).
-    from checks.versions import known_good_sets
+    from checks.matrix import known_good_sets
 
     target = found[0]["evidence"]["nearest"]
     assert target in known_good_sets()
@@ -59,12 +60,8 @@ def test_no_launch_says_what_could_not_be_judged(tmp_path):
 
 
 def test_seed_image_holds_what_the_seed_launch_needs(tmp_path):
-    python, site = make_venv(tmp_path / "env")
-    lay_stack(site, SEED_STACK)
-    root = tmp_path / "ascend"
-    lay_cann(root, "8.3.RC1")
-    lay_driver(root, "25.3.rc1")
-    rc, doc, found = _launch_findings(tmp_path, python, clean_env(**sourced_env(root)), _script(tmp_path))
+    python, _, _, env = image(tmp_path)
+    rc, doc, found = _launch_findings(tmp_path, python, env, _script(tmp_path))
     assert [f["status"] for f in found] == ["pass"], found
     assert rc == 0 and not problems(doc, ("fail", "warn")), problems(doc, ("fail", "warn"))
 

@@ -7,22 +7,13 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from tests.lab.ascend import lay_cann, lay_driver, sourced_env
+from tests.lab.ascend import lay_cann
 from tests.lab.pyenv import SEED_STACK, lay_dist, lay_stack, make_venv
+from tests.lab.image import image
 from tests.lab.run import check_inproc, clean_env, problems
 
 
-def _image(tmp_path, stack=SEED_STACK, cann="8.3.RC1", torch_cuda=None, driver="25.3.rc1", **fw):
-    """An interpreter with `stack` installed and a CANN + driver tree (sourced env returned)."""
-    python, site = make_venv(tmp_path / "env")
-    lay_stack(site, stack, torch_cuda=torch_cuda)
-    root = tmp_path / "ascend"
-    if cann:
-        lay_cann(root, cann)
-    if driver:
-        lay_driver(root, driver, **fw)
-    env = clean_env(**sourced_env(root)) if cann else clean_env(DOCTOR_ASCEND_ROOT=str(root))
-    return python, site, root, env
+_image = image
 
 
 def _versions(python, env, tmp_path):
@@ -152,7 +143,7 @@ def test_documented_vllm_ascend_sets_pass_their_own_judgement(tmp_path, row_inde
 
 
 def test_nearest_set_keeps_cann_when_packages_are_what_is_off():
-    from checks.versions import install_command, nearest_set
+    from checks.matrix import install_command, nearest_set
 
     have = {"cann": "8.3.RC1", "torch": "2.5.1+cpu", "torch_npu": "2.5.1", "vllm": "0.11.0",
             "vllm_ascend": "0.11.0rc1"}
@@ -223,7 +214,7 @@ def test_every_versions_check_has_its_page():
     ("vllm_ascend", "0.30.0", "newer", "0.25.1rc1"),
 ])
 def test_where_a_version_sits_in_the_matrix(table, version, sits, suggested):
-    from checks.versions import placed
+    from checks.matrix import placed
 
     row, how = placed(table, version)
     assert (how, row["version"]) == (sits, suggested)

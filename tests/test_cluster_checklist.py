@@ -113,6 +113,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.skipif(shutil.which("nft") is None, reason="needs nftables' nft (apt-get install nftables; .ci/run does)")
 def test_part_of_hccl_host_range_dropped_and_part_taken_on_b(pair):
     _restart_b(pair, "identical")
     b_ip = pair.nodes["b"].ip

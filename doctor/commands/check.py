@@ -24,10 +24,10 @@ def _names(value: str | None, option: str) -> set[str] | None:
     lists the valid names, so a typo cannot silently run (or skip) nothing."""
     if not value:
         return None
-    from checks.registry import all_checks
+    from checks.registry import SCOPES as CHECK_SCOPES, all_checks
 
     items = {v.strip() for v in value.split(",") if v.strip()}
-    ids = [c.id for c in all_checks(("node", "launch", "cluster"))]
+    ids = [c.id for c in all_checks(CHECK_SCOPES)]
     unknown = sorted(items - set(CATEGORIES) - set(ids))
     if unknown:
         near = difflib.get_close_matches(unknown[0], [*CATEGORIES, *ids], n=1)
@@ -53,10 +53,10 @@ def summary_line(fn_doc: str | None, title: str) -> str:
 def list_checks(as_json: bool) -> None:
     import json
 
-    from checks.registry import all_checks
+    from checks.registry import SCOPES as CHECK_SCOPES, all_checks
 
     rows = [{"id": c.id, "category": c.category, "scope": c.scope,
-             "catches": summary_line(c.fn.__doc__, c.title)} for c in all_checks(("node", "launch", "cluster"))]
+             "catches": summary_line(c.fn.__doc__, c.title)} for c in all_checks(CHECK_SCOPES)]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -113,7 +113,7 @@ def _validate(scope, cluster, keep_agents, launch, cwd, cpus_per_node) -> None:
 @click.argument("launch", nargs=-1, type=click.UNPROCESSED)
 def command(cwd, python, nodes, scope, cpus_per_node, cluster, keep_agents, deep, device_memory, as_json, junit,
             fmt, strict, only, skip, list_only, timeout, verbose, launch):
-    """Check this machine (or every node with --cluster) before launching LAUNCH."""
+    """Check this machine and LAUNCH before launching it (every node with --cluster; LAUNCH alone with --scope launch)."""
     if list_only:
         return list_checks(as_json)
     only_s, skip_s = _names(only, "--only"), _names(skip, "--skip")

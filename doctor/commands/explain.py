@@ -82,7 +82,7 @@ def _human(report, show_all: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout (schema doctor.explain/v1).")
 @click.option("--all", "show_all", is_flag=True,
               help="Also findings whose evidence a higher-ranked one already explains.")
-@click.option("--list", "list_rules", is_flag=True, help="List every rule doctor knows.")
+@click.option("--list", "list_rules", is_flag=True, help="List every rule doctor knows, then the generic classes.")
 def explain(logs, as_json, show_all, list_rules):
     """Name the root cause of a failed run from its log(s), with the evidence and the fix.
 
@@ -130,12 +130,13 @@ def _list(as_json: bool) -> None:
 
 @click.command("rules")
 @click.argument("rule_id", required=False, metavar="[ID]")
-@click.option("--json", "as_json", is_flag=True, help="The rule as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="The page as JSON (without ID: the rules and generic classes).")
 def rules(rule_id, as_json):
-    """Print a rule's page: what it detects, why it happens, how to fix it (like `ruff rule`), or a
-    check's page (ID like imports.shadowed): what it checks, how the job fails without it, the fix.
+    """Print a rule's (or generic class's) page: what it detects, why it happens, how to fix it (like
+    `ruff rule`), or a check's page (ID like imports.shadowed): what it checks, how the job fails
+    without it, the fix.
 
-    Without ID, list all rules, then the checks.
+    Without ID, list all rules, the generic classes, then the checks.
     """
     if not rule_id:
         _list(as_json)
@@ -168,12 +169,17 @@ def rules(rule_id, as_json):
         click.echo(f"\n  with, within {rule.near.within} lines:\n\n    {rule.near.pattern}")
     if rule.requires:
         click.echo(f"\n  and somewhere in the log:\n\n    {rule.requires}")
+    return _cause_fix_references(rule)
+
+
+def _cause_fix_references(page) -> int:
+    """The closing sections every rule and generic class page shares."""
     click.echo("\n## Why it happens\n")
-    click.echo(textwrap.dedent(rule.cause).strip())
+    click.echo(textwrap.dedent(page.cause).strip())
     click.echo("\n## How to fix it\n")
-    click.echo(textwrap.dedent(rule.fix).strip())
+    click.echo(textwrap.dedent(page.fix).strip())
     click.echo("\n## References\n")
-    for ref in rule.references:
+    for ref in page.references:
         click.echo(f"- {ref}")
     return 0
 
@@ -203,14 +209,7 @@ def _generic_page(c, as_json: bool) -> int:
         click.echo(f"\n## The codes\n\n  code pattern: {c.pattern}\n")
         for m in c.members:
             click.echo(f"  {m.match:<28} {m.category:<8} {m.meaning}")
-    click.echo("\n## Why it happens\n")
-    click.echo(textwrap.dedent(c.cause).strip())
-    click.echo("\n## How to fix it\n")
-    click.echo(textwrap.dedent(c.fix).strip())
-    click.echo("\n## References\n")
-    for ref in c.references:
-        click.echo(f"- {ref}")
-    return 0
+    return _cause_fix_references(c)
 
 
 def _checks():
