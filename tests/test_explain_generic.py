@@ -322,9 +322,7 @@ def test_healthy_noise_is_no_finding_of_the_layer(line):
     assert explain_text("step:1 - loss:0.5\n" + line + "\n", matcher=layer_alone()) == []
 
 
-@pytest.mark.parametrize("line", HEALTHY_NOISE[:-1] + [pytest.param(HEALTHY_NOISE[-1], marks=pytest.mark.xfail(
-    strict=True, reason="the rule npu-inner-error (knowledge/rules, not this layer) matches a CANN code "
-    "on a WARNING line"))])
+@pytest.mark.parametrize("line", HEALTHY_NOISE)
 def test_healthy_noise_is_no_finding(line):
     assert explain_text("step:1 - loss:0.5\n" + line + "\n") == []
 
