@@ -588,3 +588,16 @@ def test_a_missing_data_file_relative_or_absolute(tmp_path, path, cid, category)
     assert f"FileNotFoundError: {path}" in out, out[-1500:]
     top = explain_text(out, matcher=layer_alone())[0]
     assert (top.rule, top.category) == (cid, category)
+
+
+@pytest.mark.parametrize("code", [
+    # the lazy mapping of model types (models/auto/configuration_auto.py): transformers < 4.46's form
+    "from transformers import CONFIG_MAPPING\nCONFIG_MAPPING['qwen9_doctor']\n",
+    # an auto class that does not know the config (models/auto/auto_factory.py)
+    "import transformers\ntransformers.AutoModelForCausalLM.from_config(transformers.CLIPVisionConfig())\n",
+])
+def test_transformers_not_knowing_the_model_is_versions(tmp_path, code):
+    out = python_output(code, tmp_path)
+    assert "KeyError: 'qwen9_doctor'" in out or "ValueError: Unrecognized configuration class" in out, out[-1500:]
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-version-mismatch", "versions")
