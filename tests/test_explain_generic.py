@@ -601,3 +601,20 @@ def test_transformers_not_knowing_the_model_is_versions(tmp_path, code):
     assert "KeyError: 'qwen9_doctor'" in out or "ValueError: Unrecognized configuration class" in out, out[-1500:]
     top = explain_text(out, matcher=layer_alone())[0]
     assert (top.rule, top.category) == ("generic-version-mismatch", "versions")
+
+
+def test_a_wrapper_naming_a_data_library_error_is_data(tmp_path):
+    out = ray_task_error(tmp_path, "loader", "def run():\n    import pyarrow as pa\n    pa.array([1, 'one'])\n")
+    head = out[:out.index("RayTaskError(")]
+    wrapper = out[len(head):].splitlines()[0]
+    assert "RayTaskError(ArrowInvalid): " in wrapper and "ray::WorkerDict.run()" in wrapper, wrapper
+    top = explain_text(head + wrapper + "\n", matcher=layer_alone())[0]   # the remote part not in the log
+    assert (top.rule, top.category) == ("generic-data-schema", "data")
+
+
+def test_a_port_already_taken_is_network(tmp_path):
+    out = python_output("import socket\na = socket.socket()\na.bind(('127.0.0.1', 0))\na.listen()\n"
+                        "b = socket.socket()\nb.bind(a.getsockname())\n", tmp_path)
+    assert "OSError: [Errno 98] Address already in use" in out, out[-1500:]
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-connection", "network")
