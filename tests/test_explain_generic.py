@@ -618,3 +618,19 @@ def test_a_port_already_taken_is_network(tmp_path):
     assert "OSError: [Errno 98] Address already in use" in out, out[-1500:]
     top = explain_text(out, matcher=layer_alone())[0]
     assert (top.rule, top.category) == ("generic-connection", "network")
+
+
+def test_an_operator_the_build_lacks_for_the_backend_is_versions(tmp_path):
+    out = python_output("import torch\ntorch.ops.aten.cudnn_convolution(torch.zeros(1, 1, 3, 3), torch.zeros(1, 1, 1, 1),"
+                        " [0, 0], [1, 1], [1, 1], 1, False, False, False)\n", tmp_path)
+    assert "NotImplementedError: Could not run 'aten::cudnn_convolution' with arguments from the 'CPU' backend" in out
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-version-mismatch", "versions")
+
+
+def test_a_model_path_taken_for_a_hub_id_is_workdir(tmp_path):
+    out = python_output("from huggingface_hub.utils import validate_repo_id\n"
+                        "validate_repo_id('/models/Qwen2.5-7B-Instruct')\n", tmp_path)
+    assert "huggingface_hub.errors.HFValidationError: " in out or "HFValidationError: " in out, out[-1500:]
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-path-not-found", "workdir")
