@@ -634,3 +634,11 @@ def test_a_model_path_taken_for_a_hub_id_is_workdir(tmp_path):
     assert "huggingface_hub.errors.HFValidationError: " in out or "HFValidationError: " in out, out[-1500:]
     top = explain_text(out, matcher=layer_alone())[0]
     assert (top.rule, top.category) == ("generic-path-not-found", "workdir")
+
+
+def test_an_architecture_vllm_does_not_know_is_versions_not_config():
+    # vllm/model_executor/models/registry.py's message (0.8-0.23): "not supported" of a version, not a setting
+    text = ("ValueError: Model architectures ['Qwen3MoeForCausalLM'] are not supported for now. Supported "
+            "architectures: dict_keys(['AquilaModel', 'LlamaForCausalLM'])")
+    top = explain_text("step:0 - starting\n" + text + "\n", matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-version-mismatch", "versions")
