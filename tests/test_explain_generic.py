@@ -642,3 +642,12 @@ def test_an_architecture_vllm_does_not_know_is_versions_not_config():
             "architectures: dict_keys(['AquilaModel', 'LlamaForCausalLM'])")
     top = explain_text("step:0 - starting\n" + text + "\n", matcher=layer_alone())[0]
     assert (top.rule, top.category) == ("generic-version-mismatch", "versions")
+
+
+def test_fewer_devices_than_the_job_asks_for_is_cluster_not_config():
+    # verl single_controller/ray/base.py (_check_resource_available), raised where config checks are
+    text = ('  File "/usr/lib/python3/site-packages/verl/single_controller/ray/base.py", line 240, in '
+            '_check_resource_available\n    raise ValueError(\n'
+            "ValueError: Total available GPUs 4 is less than total desired GPUs 8")
+    top = explain_text("step:0 - starting\n" + text + "\n", matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-ray-cluster", "cluster")
