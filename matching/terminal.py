@@ -96,6 +96,15 @@ class Member:
 
 
 @dataclass(frozen=True)
+class Alt:
+    """Another way an exception belongs to a class (its `also` tables): the same conditions."""
+    exceptions: tuple[str, ...]
+    words: str | None = None
+    raised_in: str | None = None
+    not_in: str | None = None
+
+
+@dataclass(frozen=True)
 class GClass:
     id: str
     category: str
@@ -114,13 +123,15 @@ class GClass:
     after: bool = False                   # ranks after the other classes' findings (an exit status)
     pattern: str | None = None            # a family: the code's pattern, with a `code` group
     members: tuple[Member, ...] = ()
+    also: tuple[Alt, ...] = ()            # other (exceptions, words, raised_in, not_in) that match
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("id", "category", "title", "cause", "fix", "confidence",
                                              "words", "raised_in", "not_in", "terminal", "after", "pattern")}
         out.update(exceptions=list(self.exceptions), lines=list(self.lines),
                    references=list(self.references), layer="generic",
-                   members=[vars(m) for m in self.members])
+                   members=[vars(m) for m in self.members],
+                   also=[dict(vars(a), exceptions=list(a.exceptions)) for a in self.also])
         return out
 
 
@@ -139,7 +150,8 @@ class Generic:
 
 
 _CLASS_KEYS = {"id", "category", "title", "cause", "fix", "confidence", "references", "exceptions",
-               "lines", "words", "raised_in", "not_in", "terminal", "alone", "after"}
+               "lines", "words", "raised_in", "not_in", "terminal", "alone", "after", "also"}
+_ALT_KEYS = {"exceptions", "words", "raised_in", "not_in"}
 _FAMILY_KEYS = {"id", "title", "cause", "fix", "confidence", "references", "lines", "pattern", "members"}
 
 
@@ -171,6 +183,7 @@ def _make_class(t: dict, family: bool) -> GClass:
         if t.get(key) is not None:
             _regex(t[key], where)
     lines = tuple(_regex(p, where) for p in t.get("lines", ()))
+    also = tuple(_make_alt(a, where) for a in t.get("also", ()))
     if not (lines or t.get("exceptions")):
         raise GenericError(f"{where}: give exceptions or lines")
     return GClass(id=t["id"], category=t.get("category", "other"), title=t["title"].strip(),
@@ -179,7 +192,16 @@ def _make_class(t: dict, family: bool) -> GClass:
                   lines=lines, words=t.get("words"), raised_in=t.get("raised_in"),
                   not_in=t.get("not_in"), terminal=bool(t.get("terminal", False)),
                   alone=bool(t.get("alone", False)), after=bool(t.get("after", False)),
-                  pattern=t.get("pattern"), members=members)
+                  pattern=t.get("pattern"), members=members, also=also)
+
+
+def _make_alt(a: dict, where: str) -> Alt:
+    if not isinstance(a, dict) or set(a) - _ALT_KEYS or not a.get("exceptions"):
+        raise GenericError(f"{where}: an `also` entry takes exceptions (required), words, raised_in, not_in")
+    for key in ("words", "raised_in", "not_in"):
+        if a.get(key) is not None:
+            _regex(a[key], where)
+    return Alt(tuple(a["exceptions"]), a.get("words"), a.get("raised_in"), a.get("not_in"))
 
 
 def load_generic(path: Path | str | None = None) -> Generic:
@@ -467,6 +489,11 @@ def _class_matches(c: GClass, exc: Exc | None, text: str) -> bool:
         return True
     if exc is None or not c.exceptions:
         return False
+    return _holds(c, exc) or any(_holds(a, exc) for a in c.also)
+
+
+def _holds(c: "GClass | Alt", exc: Exc) -> bool:
+    """One set of conditions: the type, the words of the message, where it was raised."""
     base = exc.type.rsplit(".", 1)[-1]
     if "*" not in c.exceptions and base not in c.exceptions:
         return False

@@ -260,7 +260,7 @@ def test_a_10mb_line_ending_in_cuda_oom_keeps_its_tail(tmp_path, monkeypatch, fi
 def test_many_exceptions_keep_the_layer_bounded_and_find_the_odd_one():
     noise = "".join(f"ValueError: step {i} - extract action failed\n" for i in range(200_000))
     half = noise.index("\n", len(noise) // 2) + 1
-    text = noise[:half] + "FileNotFoundError: [Errno 2] No such file or directory: 'data/train.parquet'\n" \
+    text = noise[:half] + "FileNotFoundError: [Errno 2] No such file or directory: '/data/train.parquet'\n" \
         + noise[half:]
     t0 = time.monotonic()
     from matching.explain import Scan
@@ -288,6 +288,8 @@ def test_every_generic_class_has_a_rules_page_and_is_listed():
         assert text in page.stdout
     page = run_doctor("rules", "generic-config-error")
     assert "verl/" in page.stdout and "AssertionError" in page.stdout
+    page = run_doctor("rules", "generic-ray-cluster")  # its `also` types are on its page too
+    assert "Or the exception: NodeDiedError" in page.stdout
 
 
 @pytest.mark.parametrize("snippet,message", [
@@ -299,6 +301,8 @@ def test_every_generic_class_has_a_rules_page_and_is_listed():
      'references = ["https://x"]\nlines = ["(a)\\\\1"]\n', "not valid RE2"),
     ('[[class]]\nid = "x"\ncategory = "data"\ntitle = "t"\ncause = "c"\nfix = "f"\nconfidence = 0.3\n'
      'references = ["https://x"]\nexceptions = ["KeyError"]\nbogus = 1\n', "unknown field"),
+    ('[[class]]\nid = "x"\ncategory = "data"\ntitle = "t"\ncause = "c"\nfix = "f"\nconfidence = 0.3\n'
+     'references = ["https://x"]\nexceptions = ["KeyError"]\nalso = [{ words = "x" }]\n', "also"),
 ])
 def test_generic_loader_rejects_bad_classes(tmp_path, snippet, message):
     path = tmp_path / "generic.toml"
@@ -480,3 +484,170 @@ def test_a_wrapper_type_beats_an_exit_status_printed_after_it(tmp_path):
     text = head + wrapper + "\nJob 'raysubmit_1' failed: entrypoint command failed with exit code 1\n"
     found = explain_text(text, matcher=layer_alone())
     assert [f.rule for f in found][:2] == ["generic-missing-module", "generic-nonzero-exit"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Classes by what the failure is, wherever it was raised (a class's `also` tables)
+
+
+def test_a_settings_check_outside_the_config_code_is_config(tmp_path):
+    # torch's own assert (nn/modules/activation.py): not in verl's config code, but a settings check
+    out = python_output("import torch\ntorch.nn.MultiheadAttention(embed_dim=10, num_heads=3)\n", tmp_path)
+    assert "AssertionError: embed_dim must be divisible by num_heads" in out, out[-1500:]
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-config-error", "config")
+
+
+VLLM_KV = ("def check(needed, available):\n    raise ValueError(\n"
+           "        f\"To serve at least one request with the model's max seq len (32768), ({needed:.2f} GiB KV cache \"\n"
+           "        f\"is needed, which is larger than the available KV cache memory ({available:.2f} GiB). Try \"\n"
+           "        \"increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.\")\n")
+
+
+def test_vllm_refusing_a_kv_cache_that_does_not_fit_is_memory(tmp_path):
+    # the message of vllm/v1/core/kv_cache_utils.py (check_enough_kv_cache_memory), raised from there
+    mod = tmp_path / "site-packages" / "vllm" / "v1" / "core"
+    mod.mkdir(parents=True)
+    (mod / "kv_cache_utils.py").write_text(VLLM_KV)
+    out = python_output(f"import sys\nsys.path.insert(0, {str(mod)!r})\nimport kv_cache_utils\n"
+                        "kv_cache_utils.check(16.0, 4.85)\n", tmp_path)
+    assert "vllm/v1/core/kv_cache_utils.py" in out and "available KV cache memory" in out
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-out-of-memory", "memory")
+
+
+@pytest.mark.parametrize("text", [
+    # vllm/worker/worker.py (raise_if_cache_size_invalid), vLLM 0.8-0.10
+    "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+    "initializing the engine.",
+    # vllm's MemorySnapshot check at startup (vllm/v1/worker/gpu_worker.py, vllm/utils)
+    "ValueError: Free memory on device (3.27/15.98 GiB) on startup is less than desired GPU memory "
+    "utilization (0.9, 14.39 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+])
+def test_vllm_memory_refusals_from_their_printing_source(text):
+    top = explain_text("step:0 - starting\n" + text + "\n", matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-out-of-memory", "memory")
+
+
+@pytest.mark.parametrize("raise_,cid,category", [
+    ("NodeDiedError('Task failed because node 7b1f has died')", "generic-ray-cluster", "cluster"),
+    ("ActorUnschedulableError('the placement group was removed')", "generic-ray-cluster", "cluster"),
+    ("ObjectStoreFullError('Failed to put object: the object store is full')", "generic-out-of-memory", "memory"),
+    ("OutOfDiskError('Local disk is full')", "generic-path-permission", "workdir"),
+])
+def test_rays_own_errors_are_classed_by_their_type(tmp_path, raise_, cid, category):
+    # raised from the driver's own code: no Ray frame to place them, the type says what failed
+    out = python_output(f"import ray.exceptions\ndef fit():\n    raise ray.exceptions.{raise_}\nfit()\n", tmp_path)
+    assert "ray.exceptions." + raise_.split("(")[0] in out, out[-1500:]
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == (cid, category)
+
+
+def test_a_store_that_cannot_be_reached_is_network(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = python_output("import datetime\nimport torch.distributed as dist\n"
+                        f"dist.TCPStore('127.0.0.1', {port}, 2, False, timeout=datetime.timedelta(seconds=2))\n",
+                        tmp_path)
+    assert "torch.distributed.DistNetworkError: " in out, out[-1500:]
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-connection", "network")
+
+
+def test_gloo_without_the_interface_it_was_told_is_network(tmp_path):
+    out = python_output("import os, tempfile\nos.environ['GLOO_SOCKET_IFNAME'] = 'doctor0'\n"
+                        "import torch.distributed as dist\n"
+                        "dist.init_process_group('gloo', init_method='file://' + tempfile.mktemp(), rank=0, world_size=1)\n",
+                        tmp_path)
+    assert "Unable to find address for: doctor0" in out, out[-1500:]
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-connection", "network")
+
+
+def test_a_conversation_the_chat_template_rejects_is_data(tmp_path):
+    out = python_output(
+        "from transformers.utils.chat_template_utils import render_jinja_template\n"
+        "T = (\"{% for m in messages %}{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}\"\n"
+        "     \"{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}\"\n"
+        "     \"{% endif %}{{ m['content'] }}{% endfor %}\")\n"
+        "render_jinja_template(conversations=[[{'role': 'assistant', 'content': 'hi'}]], chat_template=T)\n",
+        tmp_path)
+    assert "jinja2.exceptions.TemplateError: Conversation roles must alternate" in out, out[-1500:]
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-data-schema", "data")
+
+
+@pytest.mark.parametrize("path,cid,category", [
+    ("data/gsm8k/train.parquet", "generic-path-not-found", "workdir"),        # relative: the launch dir
+    ("/data/gsm8k/train.parquet", "generic-data-file-not-found", "data"),     # absolute: the data is not there
+])
+def test_a_missing_data_file_relative_or_absolute(tmp_path, path, cid, category):
+    out = python_output(f"import pyarrow.parquet as pq\npq.read_table({path!r})\n", tmp_path)
+    assert f"FileNotFoundError: {path}" in out, out[-1500:]
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == (cid, category)
+
+
+@pytest.mark.parametrize("code", [
+    # the lazy mapping of model types (models/auto/configuration_auto.py): transformers < 4.46's form
+    "from transformers import CONFIG_MAPPING\nCONFIG_MAPPING['qwen9_doctor']\n",
+    # an auto class that does not know the config (models/auto/auto_factory.py)
+    "import transformers\ntransformers.AutoModelForCausalLM.from_config(transformers.CLIPVisionConfig())\n",
+])
+def test_transformers_not_knowing_the_model_is_versions(tmp_path, code):
+    out = python_output(code, tmp_path)
+    assert "KeyError: 'qwen9_doctor'" in out or "ValueError: Unrecognized configuration class" in out, out[-1500:]
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-version-mismatch", "versions")
+
+
+def test_a_wrapper_naming_a_data_library_error_is_data(tmp_path):
+    out = ray_task_error(tmp_path, "loader", "def run():\n    import pyarrow as pa\n    pa.array([1, 'one'])\n")
+    head = out[:out.index("RayTaskError(")]
+    wrapper = out[len(head):].splitlines()[0]
+    assert "RayTaskError(ArrowInvalid): " in wrapper and "ray::WorkerDict.run()" in wrapper, wrapper
+    top = explain_text(head + wrapper + "\n", matcher=layer_alone())[0]   # the remote part not in the log
+    assert (top.rule, top.category) == ("generic-data-schema", "data")
+
+
+def test_a_port_already_taken_is_network(tmp_path):
+    out = python_output("import socket\na = socket.socket()\na.bind(('127.0.0.1', 0))\na.listen()\n"
+                        "b = socket.socket()\nb.bind(a.getsockname())\n", tmp_path)
+    assert "OSError: [Errno 98] Address already in use" in out, out[-1500:]
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-connection", "network")
+
+
+def test_an_operator_the_build_lacks_for_the_backend_is_versions(tmp_path):
+    out = python_output("import torch\ntorch.ops.aten.cudnn_convolution(torch.zeros(1, 1, 3, 3), torch.zeros(1, 1, 1, 1),"
+                        " [0, 0], [1, 1], [1, 1], 1, False, False, False)\n", tmp_path)
+    assert "NotImplementedError: Could not run 'aten::cudnn_convolution' with arguments from the 'CPU' backend" in out
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-version-mismatch", "versions")
+
+
+def test_a_model_path_taken_for_a_hub_id_is_workdir(tmp_path):
+    out = python_output("from huggingface_hub.utils import validate_repo_id\n"
+                        "validate_repo_id('/models/Qwen2.5-7B-Instruct')\n", tmp_path)
+    assert "huggingface_hub.errors.HFValidationError: " in out or "HFValidationError: " in out, out[-1500:]
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-path-not-found", "workdir")
+
+
+def test_an_architecture_vllm_does_not_know_is_versions_not_config():
+    # vllm/model_executor/models/registry.py's message (0.8-0.23): "not supported" of a version, not a setting
+    text = ("ValueError: Model architectures ['Qwen3MoeForCausalLM'] are not supported for now. Supported "
+            "architectures: dict_keys(['AquilaModel', 'LlamaForCausalLM'])")
+    top = explain_text("step:0 - starting\n" + text + "\n", matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-version-mismatch", "versions")
+
+
+def test_fewer_devices_than_the_job_asks_for_is_cluster_not_config():
+    # verl single_controller/ray/base.py (_check_resource_available), raised where config checks are
+    text = ('  File "/usr/lib/python3/site-packages/verl/single_controller/ray/base.py", line 240, in '
+            '_check_resource_available\n    raise ValueError(\n'
+            "ValueError: Total available GPUs 4 is less than total desired GPUs 8")
+    top = explain_text("step:0 - starting\n" + text + "\n", matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-ray-cluster", "cluster")

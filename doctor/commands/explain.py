@@ -201,6 +201,12 @@ def _generic_page(c, as_json: bool) -> int:
                          ("  not raised in", c.not_in)):
         if value:
             click.echo(f"{label}:\n\n    {value}\n")
+    for a in c.also:  # other ways an exception belongs to the class
+        click.echo(f"  Or the exception: {', '.join(a.exceptions)}" + ("" if a.words or a.raised_in or a.not_in else "\n"))
+        for label, value in (("  its message matches", a.words), ("  raised in (innermost frames)", a.raised_in),
+                             ("  not raised in", a.not_in)):
+            if value:
+                click.echo(f"{label}:\n\n    {value}\n")
     if c.lines:
         click.echo("  A line matching:\n")
         for p in c.lines:
