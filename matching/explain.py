@@ -236,15 +236,15 @@ def open_log(path: str) -> tuple[BinaryIO, str]:
     else:
         name = path
         try:
-            raw = open(path, "rb")
+            # buffered, so the gzip magic can be peeked at: a pipe or `<(cmd)` cannot seek back
+            raw = io.BufferedReader(open(path, "rb", buffering=0))
         except IsADirectoryError:
             raise LogReadError(f"{path}: is a directory") from None
         except FileNotFoundError:
             raise LogReadError(f"{path}: no such file") from None
         except OSError as exc:
             raise LogReadError(f"{path}: {exc.strerror or exc}") from None
-        head = raw.read(2)
-        raw.seek(0)
+        head = raw.peek(2)[:2]
     if head == b"\x1f\x8b":
         return GzipStream(raw), name
     return raw, name

@@ -341,3 +341,25 @@ def test_cli_all_lists_the_findings_a_higher_one_explains():
     assert r.returncode == 0
     assert "memory-cuda-oom" in r.stdout and "same line as memory-oom-log-prob" in r.stdout
     assert "memory-cuda-oom" not in run_doctor("explain", str(FIX / "memory-oom-log-prob.log")).stdout
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "gzip"])
+def test_a_log_that_cannot_seek_back_is_read(tmp_path, packed):
+    """`doctor explain <(kubectl logs ...)` and named pipes: no seek back after sniffing gzip."""
+    import os
+    import threading
+
+    text = (ROOT / "tests" / "fixtures" / "explain" / "memory-cuda-oom.log").read_bytes()
+    fifo = tmp_path / "run.log"
+    os.mkfifo(fifo)
+
+    def feed():
+        with open(fifo, "wb") as fh:
+            fh.write(gzip.compress(text) if packed else text)
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    r = run_doctor("explain", "--json", str(fifo), timeout=120)
+    writer.join(timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["findings"][0]["rule"] == "memory-cuda-oom"
