@@ -24,7 +24,7 @@ with `@ray.remote(num_gpus=1) def needs_gpu()` on a CPU-only node.
 
 The reference trainer's phase failures ran `python -m trainer.main_grpo` on a local Ray node
 (trainer_oom.sh), or `phase_oom.py HEADROOM_MIB OVERRIDES...`, which runs the trainer's own Worker
-in one process: Trainer(parse_overrides(embedded_default() + overrides)).prepare(); a Worker(cfg, plan,
+in one process: Trainer(config_from_overrides(embedded_default() + overrides)).prepare(); a Worker(cfg, plan,
 rank 0, world 1).setup(); then limit_memory(data_memory() + HEADROOM) (RLIMIT_DATA, as
 trainer.worker_memory_limit sets it) and one train_step - a real allocation failure in the phase
 the overrides make largest.

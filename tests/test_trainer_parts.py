@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from trainer import checkpoint
-from trainer.config import KEYS, ConfigError, parse_bytes, parse_overrides, validate
+from trainer.config import KEYS, ConfigError, parse_bytes, config_from_overrides, validate
 from trainer.defaults import embedded_default
 from trainer.tiny import ensure_tiny
 
@@ -66,7 +66,7 @@ def test_seed_article_overrides_are_all_accepted(tmp_path):
 
     script = seed_launch.write_script(tmp_path / "run_grpo.sh")
     words = parse_launch(["bash", str(script)], cwd=tmp_path).raw_overrides
-    cfg, notices = parse_overrides(words)
+    cfg, notices = config_from_overrides(words)
     assert len(words) > 35
     assert cfg["actor_rollout_ref.actor.kl_loss_type"] == "low_var_kl" and cfg["trainer.nnodes"] == 2
     assert cfg["trainer.logger"] == ["console"] and cfg["actor_rollout_ref.rollout.n"] == 4
@@ -95,14 +95,14 @@ def test_unknown_key_is_refused_by_name_in_one_line():
 ])
 def test_inconsistent_settings_name_the_key(tiny, override, named):
     with pytest.raises(ConfigError, match=named.replace("[", r"\[")):
-        cfg, _ = parse_overrides(embedded_default() + [override])
+        cfg, _ = config_from_overrides(embedded_default() + [override])
         validate(cfg)
 
 
 def test_sizes_and_interpolation():
     assert parse_bytes("2GiB") == 2 * 1024 ** 3 and parse_bytes("512M") == 512 * 1024 ** 2
     assert parse_bytes(1000) == 1000 and parse_bytes(None) is None
-    cfg, _ = parse_overrides(["trainer.project_name=p", "trainer.experiment_name=e"])
+    cfg, _ = config_from_overrides(["trainer.project_name=p", "trainer.experiment_name=e"])
     assert cfg["trainer.default_local_dir"] == "checkpoints/p/e"
 
 

@@ -42,11 +42,11 @@ def _steps(run_dir: Path) -> list[dict]:
 def test_two_node_default_learns_with_workers_on_both_nodes_and_equal_gradients(env, tmp_path):
     import ray
 
-    from trainer.config import parse_overrides
+    from trainer.config import config_from_overrides
     from trainer.main_grpo import Trainer
     from trainer.ray_cluster import RayCluster
 
-    cfg, notices = parse_overrides(embedded_default() + [
+    cfg, notices = config_from_overrides(embedded_default() + [
         f"trainer.default_local_dir={tmp_path}", "trainer.total_training_steps=16", "trainer.save_freq=-1"])
     assert cfg["trainer.nnodes"] == 2 and cfg["trainer.n_gpus_per_node"] == 1
     trainer = Trainer(cfg, notices)

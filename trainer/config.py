@@ -208,7 +208,7 @@ def _bad(key: str, value: Any, what: str):
     raise ConfigError(f"{key}={value!r}: expected {what}")
 
 
-def parse_overrides(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
+def config_from_overrides(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
     """verl-style `key=value` words -> (flat config with defaults, notices for the user)."""
     from launch.script import LaunchError, parse_launch
 

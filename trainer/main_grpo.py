@@ -15,7 +15,7 @@ import time
 import traceback
 from pathlib import Path
 
-from trainer.config import A, ConfigError, help_text, parse_bytes, parse_overrides, validate
+from trainer.config import A, ConfigError, help_text, parse_bytes, config_from_overrides, validate
 
 
 def _files(value) -> list[Path]:
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.reward import RewardError
 
     try:
-        cfg, notices = parse_overrides(argv)
+        cfg, notices = config_from_overrides(argv)
         trainer = Trainer(cfg, notices)
         for note in notices:
             print(f"[trainer] accepted, no effect here: {note}", flush=True)
