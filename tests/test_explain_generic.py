@@ -6,6 +6,8 @@ exception, logging's own output of a handled one, a real gzip file cut or damage
 """
 from __future__ import annotations
 
+import functools
+
 import gzip
 import subprocess
 import sys
@@ -15,7 +17,7 @@ import pytest
 
 from matching import terminal
 from matching.catalog import CatalogError
-from matching.explain import Matcher, explain_paths, explain_report, explain_text
+from matching.explain import Matcher, explain_paths, explain_text
 
 from .conftest import ROOT, run_doctor
 
@@ -35,10 +37,17 @@ def python_output(code: str, tmp_path, name="job.py") -> str:
     return r.stdout
 
 
+@functools.lru_cache(maxsize=1)
 def layer_alone() -> Matcher:
     """The generic layer without the rules: what it finds by itself (rules written later may name
-    the same failures first)."""
+    the same failures first). Built once: a Matcher holds no state of a scan."""
     return Matcher([], terminal.generic())
+
+
+def layer_verdict(text: str) -> tuple[str, str]:
+    """(class id, category) of the generic layer's first finding on `text`."""
+    top = explain_text(text, matcher=layer_alone())[0]
+    return top.rule, top.category
 
 
 def with_ray_prefix(text: str, who: str) -> str:
@@ -455,8 +464,7 @@ def test_a_member_of_an_exception_group_is_read_behind_its_bars(tmp_path):
         "    except KeyError as exc:\n        errs.append(exc)\nraise ExceptionGroup('reading the dataset', errs)\n",
         tmp_path)
     assert "    | KeyError: 'prompt'" in out
-    top = explain_text(out, matcher=layer_alone())[0]
-    assert (top.rule, top.category) == ("generic-data-schema", "data")
+    assert layer_verdict(out) == ("generic-data-schema", "data")
 
 
 def test_argparse_rejects_the_launch(tmp_path):
@@ -464,8 +472,7 @@ def test_argparse_rejects_the_launch(tmp_path):
                         "p.add_argument('--nnodes', type=int)\np.parse_args(['--nnodes', '2', '--n_gpus', '8'])\n",
                         tmp_path)
     assert "main_ppo.py: error: unrecognized arguments: --n_gpus 8" in out
-    top = explain_text(out, matcher=layer_alone())[0]
-    assert (top.rule, top.category) == ("generic-config-error", "config")
+    assert layer_verdict(out) == ("generic-config-error", "config")
 
 
 @pytest.mark.parametrize("shell", ["bash", "sh"])
@@ -494,8 +501,7 @@ def test_a_settings_check_outside_the_config_code_is_config(tmp_path):
     # torch's own assert (nn/modules/activation.py): not in verl's config code, but a settings check
     out = python_output("import torch\ntorch.nn.MultiheadAttention(embed_dim=10, num_heads=3)\n", tmp_path)
     assert "AssertionError: embed_dim must be divisible by num_heads" in out, out[-1500:]
-    top = explain_text(out, matcher=layer_alone())[0]
-    assert (top.rule, top.category) == ("generic-config-error", "config")
+    assert layer_verdict(out) == ("generic-config-error", "config")
 
 
 VLLM_KV = ("def check(needed, available):\n    raise ValueError(\n"
@@ -512,8 +518,7 @@ def test_vllm_refusing_a_kv_cache_that_does_not_fit_is_memory(tmp_path):
     out = python_output(f"import sys\nsys.path.insert(0, {str(mod)!r})\nimport kv_cache_utils\n"
                         "kv_cache_utils.check(16.0, 4.85)\n", tmp_path)
     assert "vllm/v1/core/kv_cache_utils.py" in out and "available KV cache memory" in out
-    top = explain_text(out, matcher=layer_alone())[0]
-    assert (top.rule, top.category) == ("generic-out-of-memory", "memory")
+    assert layer_verdict(out) == ("generic-out-of-memory", "memory")
 
 
 @pytest.mark.parametrize("text", [
@@ -539,8 +544,7 @@ def test_rays_own_errors_are_classed_by_their_type(tmp_path, raise_, cid, catego
     # raised from the driver's own code: no Ray frame to place them, the type says what failed
     out = python_output(f"import ray.exceptions\ndef fit():\n    raise ray.exceptions.{raise_}\nfit()\n", tmp_path)
     assert "ray.exceptions." + raise_.split("(")[0] in out, out[-1500:]
-    top = explain_text(out, matcher=layer_alone())[0]
-    assert (top.rule, top.category) == (cid, category)
+    assert layer_verdict(out) == (cid, category)
 
 
 def test_a_store_that_cannot_be_reached_is_network(tmp_path):
@@ -552,8 +556,7 @@ def test_a_store_that_cannot_be_reached_is_network(tmp_path):
                         f"dist.TCPStore('127.0.0.1', {port}, 2, False, timeout=datetime.timedelta(seconds=2))\n",
                         tmp_path)
     assert "torch.distributed.DistNetworkError: " in out, out[-1500:]
-    top = explain_text(out, matcher=layer_alone())[0]
-    assert (top.rule, top.category) == ("generic-connection", "network")
+    assert layer_verdict(out) == ("generic-connection", "network")
 
 
 def test_gloo_without_the_interface_it_was_told_is_network(tmp_path):
@@ -562,8 +565,7 @@ def test_gloo_without_the_interface_it_was_told_is_network(tmp_path):
                         "dist.init_process_group('gloo', init_method='file://' + tempfile.mktemp(), rank=0, world_size=1)\n",
                         tmp_path)
     assert "Unable to find address for: doctor0" in out, out[-1500:]
-    top = explain_text(out, matcher=layer_alone())[0]
-    assert (top.rule, top.category) == ("generic-connection", "network")
+    assert layer_verdict(out) == ("generic-connection", "network")
 
 
 def test_a_conversation_the_chat_template_rejects_is_data(tmp_path):
@@ -575,8 +577,7 @@ def test_a_conversation_the_chat_template_rejects_is_data(tmp_path):
         "render_jinja_template(conversations=[[{'role': 'assistant', 'content': 'hi'}]], chat_template=T)\n",
         tmp_path)
     assert "jinja2.exceptions.TemplateError: Conversation roles must alternate" in out, out[-1500:]
-    top = explain_text(out, matcher=layer_alone())[0]
-    assert (top.rule, top.category) == ("generic-data-schema", "data")
+    assert layer_verdict(out) == ("generic-data-schema", "data")
 
 
 @pytest.mark.parametrize("path,cid,category", [
@@ -586,8 +587,7 @@ def test_a_conversation_the_chat_template_rejects_is_data(tmp_path):
 def test_a_missing_data_file_relative_or_absolute(tmp_path, path, cid, category):
     out = python_output(f"import pyarrow.parquet as pq\npq.read_table({path!r})\n", tmp_path)
     assert f"FileNotFoundError: {path}" in out, out[-1500:]
-    top = explain_text(out, matcher=layer_alone())[0]
-    assert (top.rule, top.category) == (cid, category)
+    assert layer_verdict(out) == (cid, category)
 
 
 @pytest.mark.parametrize("code", [
@@ -599,8 +599,7 @@ def test_a_missing_data_file_relative_or_absolute(tmp_path, path, cid, category)
 def test_transformers_not_knowing_the_model_is_versions(tmp_path, code):
     out = python_output(code, tmp_path)
     assert "KeyError: 'qwen9_doctor'" in out or "ValueError: Unrecognized configuration class" in out, out[-1500:]
-    top = explain_text(out, matcher=layer_alone())[0]
-    assert (top.rule, top.category) == ("generic-version-mismatch", "versions")
+    assert layer_verdict(out) == ("generic-version-mismatch", "versions")
 
 
 def test_a_wrapper_naming_a_data_library_error_is_data(tmp_path):
@@ -616,24 +615,21 @@ def test_a_port_already_taken_is_network(tmp_path):
     out = python_output("import socket\na = socket.socket()\na.bind(('127.0.0.1', 0))\na.listen()\n"
                         "b = socket.socket()\nb.bind(a.getsockname())\n", tmp_path)
     assert "OSError: [Errno 98] Address already in use" in out, out[-1500:]
-    top = explain_text(out, matcher=layer_alone())[0]
-    assert (top.rule, top.category) == ("generic-connection", "network")
+    assert layer_verdict(out) == ("generic-connection", "network")
 
 
 def test_an_operator_the_build_lacks_for_the_backend_is_versions(tmp_path):
     out = python_output("import torch\ntorch.ops.aten.cudnn_convolution(torch.zeros(1, 1, 3, 3), torch.zeros(1, 1, 1, 1),"
                         " [0, 0], [1, 1], [1, 1], 1, False, False, False)\n", tmp_path)
     assert "NotImplementedError: Could not run 'aten::cudnn_convolution' with arguments from the 'CPU' backend" in out
-    top = explain_text(out, matcher=layer_alone())[0]
-    assert (top.rule, top.category) == ("generic-version-mismatch", "versions")
+    assert layer_verdict(out) == ("generic-version-mismatch", "versions")
 
 
 def test_a_model_path_taken_for_a_hub_id_is_workdir(tmp_path):
     out = python_output("from huggingface_hub.utils import validate_repo_id\n"
                         "validate_repo_id('/models/Qwen2.5-7B-Instruct')\n", tmp_path)
     assert "huggingface_hub.errors.HFValidationError: " in out or "HFValidationError: " in out, out[-1500:]
-    top = explain_text(out, matcher=layer_alone())[0]
-    assert (top.rule, top.category) == ("generic-path-not-found", "workdir")
+    assert layer_verdict(out) == ("generic-path-not-found", "workdir")
 
 
 def test_an_architecture_vllm_does_not_know_is_versions_not_config():
