@@ -61,10 +61,24 @@ def test_the_split_rule_is_by_thread_and_not_by_file():
 HELDOUT = [CORPUS / r["file"] for r in ROWS.values() if r["part"] == "heldout"]
 
 
+def _boilerplate() -> set[str]:
+    """Lines that two or more threads' logs print (torch's "CUDA kernel errors might be
+    asynchronously reported..."): a library says them on every failure of a kind, so they tell
+    no one log apart."""
+    seen: dict[str, int] = {}
+    for row in ROWS.values():
+        for line in _distinct_lines(CORPUS / row["file"]):
+            seen[line] = seen.get(line, 0) + 1
+    return {line for line, n in seen.items() if n > 1}
+
+
+BOILERPLATE = _boilerplate()
+
+
 @pytest.mark.parametrize("held", HELDOUT, ids=lambda p: p.stem)
 def test_a_heldout_log_is_never_a_fixture(held):
     head, _ = read_header(held)
-    mine = _distinct_lines(held)
+    mine = _distinct_lines(held) - BOILERPLATE
     for fixture in FIXTURES.rglob("*.log"):
         text = fixture.read_text(errors="replace")
         source = text.split("\n", 1)[0].removeprefix("# source:").strip().rstrip("/")
