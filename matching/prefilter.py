@@ -1,7 +1,8 @@
 """Block prefilters: where in a block of log bytes might any catalog pattern match?
 
-`candidates(view)` returns sorted (byte offset, pattern index or -1) pairs: some pattern matched
-at or near that offset of the block; the caller re-checks each such line exactly with RE2. A prefilter may over-report, never
+`candidates(view)` returns two sorted lists of byte offsets: where a pattern of the `cheap` set
+given at construction matched, and where any other pattern (or one the engine cannot name) matched.
+The caller re-checks each such line exactly with RE2. A prefilter may over-report, never
 under-report. Two engines, same contract:
 
 - Hyperscan (Vectorscan) when installed: all patterns in one multi-pattern automaton, compiled
@@ -59,11 +60,12 @@ def _prune(d: Path, keep: int = 8) -> None:
 
 
 class HyperscanPrefilter:
-    def __init__(self, patterns: list[str]):
+    def __init__(self, patterns: list[str], cheap: frozenset[int] = frozenset()):
         import hyperscan
 
         self._hs = hyperscan
         self._patterns = patterns
+        self._cheap = [i in cheap for i in range(len(patterns))]  # a list index: the cheapest test
         self._re2: Re2Prefilter | None = None
         exprs = [_prefilter_form(p).encode() for p in patterns]
         key = hashlib.sha256(b"\0".join(exprs) + hyperscan.__version__.encode()).hexdigest()[:24]
@@ -95,13 +97,16 @@ class HyperscanPrefilter:
             pass
         return db
 
-    def candidates(self, view: memoryview) -> list[tuple[int, int]]:
-        hits: list[tuple[int, int]] = []
-        append = hits.append
+    def candidates(self, view: memoryview) -> tuple[list[int], list[int]]:
+        cheap, other = [], []
+        is_cheap, add_cheap, add_other = self._cheap, cheap.append, other.append
+        left = [MAX_HITS_PER_BLOCK]
 
         def on_match(i, _from, to, _flags, _ctx):
-            append((to - 1, i))  # an end offset points just past the match: step back into its line
-            return len(hits) >= MAX_HITS_PER_BLOCK  # true stops the scan
+            # an end offset points just past the match: step back into its line
+            (add_cheap if is_cheap[i] else add_other)(to - 1)
+            left[0] -= 1
+            return not left[0]  # true stops the scan
 
         try:
             self.db.scan(view, match_event_handler=on_match, scratch=self._scratch)
@@ -109,8 +114,9 @@ class HyperscanPrefilter:
             if self._re2 is None:
                 self._re2 = Re2Prefilter(self._patterns)
             return self._re2.candidates(view)  # at most one candidate per line
-        hits.sort()
-        return hits
+        cheap.sort()
+        other.sort()
+        return cheap, other
 
 
 class Re2Prefilter:
@@ -119,23 +125,24 @@ class Re2Prefilter:
         opts.max_mem = 64 << 20
         self.rx = re2.compile("|".join(f"(?:{p})" for p in patterns).encode(), opts)
 
-    def candidates(self, view: memoryview) -> list[tuple[int, int]]:
+    def candidates(self, view: memoryview) -> tuple[list[int], list[int]]:
         data = bytes(view)
         out, pos, end = [], 0, len(data)
         while pos < end:
             m = self.rx.search(data, pos, end)
             if m is None:
                 break
-            out.append((m.start(), -1))  # -1: which pattern is left to the exact check
+            out.append(m.start())  # which pattern is left to the exact check: never "cheap"
             nl = data.find(b"\n", m.start())
             pos = end if nl < 0 else nl + 1
-        return out
+        return [], out
 
 
-def make_prefilter(patterns: list[str]):
+def make_prefilter(patterns: list[str], cheap: frozenset[int] = frozenset()):
+    """`cheap`: the indexes whose hits `candidates` reports apart (see the module's docstring)."""
     if os.environ.get("DOCTOR_PREFILTER") != "re2":
         try:
-            return HyperscanPrefilter(patterns)
+            return HyperscanPrefilter(patterns, cheap)
         except Exception:  # not installed, or a pattern it cannot take: RE2 is slower, never wrong
             pass
     return Re2Prefilter(patterns)

@@ -300,12 +300,13 @@ class Collector:
         self._full: set[str] = set()               # keys whose first slots are taken
         self.progress: dict[str | None, int] = {}   # file -> last line showing the run went on
 
-    def block(self, buf, cands: list[tuple[int, bytes, int]], name: str | None) -> None:
-        """A block's flagged lines (start offset, the line's bytes, line number). Every one costs a
-        cached regex on its first bytes; only those kept (the first ones, the first of each
-        exception type or line class, the block's last ones) are copied with their context."""
+    def block(self, buf, cands: list[tuple[int, bytes]], name: str | None, number) -> None:
+        """A block's flagged lines (start offset, the line's bytes); number(offset) gives a line's
+        number, counted only for the lines kept. Every one costs a cached regex on its first bytes;
+        only those kept (the first ones, the first of each exception type or line class, the
+        block's last ones) are copied with their context."""
         tail_from, keys, full = len(cands) - TAIL_PER_BLOCK, self._keys, self._full
-        for i, (ls, raw_line, n) in enumerate(cands):
+        for i, (ls, raw_line) in enumerate(cands):
             key = keys.get(raw_line, self) if len(raw_line) <= 2048 else self
             if key is self:
                 key = self._key(raw_line)
@@ -314,7 +315,7 @@ class Collector:
             slot = self.per_key.get(key)
             if slot is None and len(self.per_key) < MAX_TYPES:
                 slot = self.per_key[key] = []
-            raw = Raw(n, name, bytes(buf[max(0, ls - CONTEXT_BYTES):ls]) + raw_line, key)
+            raw = Raw(number(ls), name, bytes(buf[max(0, ls - CONTEXT_BYTES):ls]) + raw_line, key)
             if len(self.first) < FIRST_EVENTS:
                 self.first.append(raw)
             elif slot is not None and len(slot) < PER_TYPE:
