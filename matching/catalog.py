@@ -6,13 +6,18 @@ RE2 rejects (RE2 keeps every pattern linear-time), a duplicate id, an unknown ca
 """
 from __future__ import annotations
 
+import hashlib
+import os
+import pickle
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 import re2
 
+import knowledge.vocabulary
 from knowledge.vocabulary import CATEGORIES, PHASES, PLATFORMS
 
 if sys.version_info >= (3, 11):
@@ -175,10 +180,45 @@ def load_rules(directory: Path | str | None = None) -> list[Rule]:
     return rules
 
 
+def saved(name: str, sources: list[Path], load):
+    """`load()`, or what it returned in an earlier run whose sources (the TOML files and the code
+    that reads them) were the same bytes: parsing and validating them was most of what `doctor
+    explain` did before reading a byte of the log. Kept beside the Hyperscan databases (the
+    user's own cache), written atomically; a cache that cannot be read or written is ignored.
+    Only a load that succeeded is kept, so a broken file still fails with its one line."""
+    from matching.prefilter import _prune, cache_dir
+
+    digest = hashlib.sha256(sys.version.encode())
+    for path in sources:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    d = cache_dir()
+    path = d / f"{name}-{digest.hexdigest()[:24]}.pickle"
+    try:
+        return pickle.loads(path.read_bytes())
+    except Exception:  # absent, unreadable or from another build: load afresh
+        pass
+    value = load()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}-")
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+        _prune(d, f"{name}-*.pickle", keep=4)
+    except OSError:
+        pass
+    return value
+
+
+def code_files() -> list[Path]:
+    """The code a loaded catalog depends on: a change to it must not reuse a saved catalog."""
+    return [Path(__file__), Path(knowledge.vocabulary.__file__)]
+
+
 @lru_cache(maxsize=1)
 def catalog() -> tuple[Rule, ...]:
-    """The shipped catalog, loaded once per process."""
-    return tuple(load_rules())
+    """The shipped catalog, loaded once per process (and saved between runs, see `saved`)."""
+    return saved("catalog", sorted(RULES_DIR.glob("*.toml")) + code_files(), lambda: tuple(load_rules()))
 
 
 def rule_by_id(rule_id: str) -> Rule | None:

@@ -52,9 +52,9 @@ def cache_dir() -> Path:
 MAX_HITS_PER_BLOCK = 100_000
 
 
-def _prune(d: Path, keep: int = 8) -> None:
-    """Keep the most recently written databases only (each catalog edit makes a new one)."""
-    old = sorted(d.glob("hs-*.db"), key=lambda p: p.stat().st_mtime, reverse=True)[keep:]
+def _prune(d: Path, pattern: str = "hs-*.db", keep: int = 8) -> None:
+    """Keep the most recently written files only (each catalog edit makes a new one)."""
+    old = sorted(d.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)[keep:]
     for path in old:
         path.unlink(missing_ok=True)
 

@@ -223,7 +223,9 @@ def load_generic(path: Path | str | None = None) -> Generic:
 
 @lru_cache(maxsize=1)
 def generic() -> Generic:
-    return load_generic()
+    from matching.catalog import code_files, saved
+
+    return saved("generic", [GENERIC_FILE, Path(__file__)] + code_files(), load_generic)
 
 
 @lru_cache(maxsize=256)
