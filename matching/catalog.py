@@ -10,7 +10,6 @@ import hashlib
 import os
 import pickle
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -200,6 +199,8 @@ def saved(name: str, sources: list[Path], load):
     value = load()
     try:
         d.mkdir(parents=True, exist_ok=True)
+        import tempfile  # only when writing: its import costs a run that reads the cache
+
         fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}-")
         with os.fdopen(fd, "wb") as fh:
             pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
@@ -211,8 +212,10 @@ def saved(name: str, sources: list[Path], load):
 
 
 def code_files() -> list[Path]:
-    """The code a loaded catalog depends on: a change to it must not reuse a saved catalog."""
-    return [Path(__file__), Path(knowledge.vocabulary.__file__)]
+    """What else a loaded catalog depends on (the code that checks it, the vocabulary it is
+    checked against): a change to any of them must not reuse a saved catalog."""
+    vocabulary = Path(knowledge.vocabulary.__file__)
+    return [Path(__file__), vocabulary, vocabulary.with_suffix(".toml")]
 
 
 @lru_cache(maxsize=1)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import re2
@@ -88,6 +87,8 @@ class HyperscanPrefilter:
         try:  # cache it, atomically: a concurrent doctor never reads half a file
             d = cache_dir()
             d.mkdir(parents=True, exist_ok=True)
+            import tempfile  # only when writing: its import costs every run that loads the cache
+
             fd, tmp = tempfile.mkstemp(dir=d, prefix=".hs-")
             with os.fdopen(fd, "wb") as fh:
                 fh.write(hs.dumpb(db))

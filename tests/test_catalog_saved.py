@@ -64,3 +64,7 @@ def test_the_generic_classes_are_saved_too(tmp_path, monkeypatch):
         assert terminal.generic() == fresh
     finally:
         terminal.generic.cache_clear()
+
+
+def test_the_vocabulary_is_part_of_what_a_saved_catalog_depends_on():
+    assert ROOT / "knowledge" / "vocabulary.toml" in [p.resolve() for p in cat.code_files()]
