@@ -6,7 +6,6 @@ RE2 rejects (RE2 keeps every pattern linear-time), a duplicate id, an unknown ca
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 import sys
@@ -185,13 +184,11 @@ def saved(name: str, sources: list[Path], load):
     explain` did before reading a byte of the log. Kept beside the Hyperscan databases (the
     user's own cache), written atomically; a cache that cannot be read or written is ignored.
     Only a load that succeeded is kept, so a broken file still fails with its one line."""
-    from matching.prefilter import _prune, cache_dir
+    from matching.prefilter import _prune, cache_dir, cache_key
 
-    digest = hashlib.sha256(sys.version.encode())
-    for path in sources:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    d = cache_dir()
-    path = d / f"{name}-{digest.hexdigest()[:24]}.pickle"
+    made_of = [sys.version.encode()] + [p.name.encode() + b"\0" + p.read_bytes() for p in sources]
+    d, key = cache_dir(), cache_key(b"\0".join(made_of))
+    path = d / f"{name}-{key}.pickle"
     try:
         return pickle.loads(path.read_bytes())
     except Exception:  # absent, unreadable or from another build: load afresh
