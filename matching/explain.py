@@ -434,7 +434,8 @@ class Scan:
         cheap, other = self.m.prefilter.candidates(view[:end])
         hits = sorted(cheap + other) if other else cheap  # two sorted runs: one linear merge
         number = _Numbers(buf, line_base + 1)
-        flagged: list[tuple[int, bytes]] = []   # (line start, bytes): error-like lines
+        starts: list[int] = []    # the error-like lines: where they start, their bytes
+        lines: list[bytes] = []
         line_end, o, n_other = -1, 0, len(other)
         rfind, find = buf.rfind, buf.find
         for pos in hits:
@@ -453,11 +454,13 @@ class Scan:
                     o += 1
                 if not self._line(raw, number(ls), name):
                     continue
-            flagged.append((ls, raw))
+            starts.append(ls)
+            lines.append(raw)
         if self.collector is not None:
-            self.collector.block(buf, flagged, name, number)
+            self.collector.block(buf, starts, lines, name, number)
         # the last error-like lines: needed only if no rule matches (verified then)
-        self.fallback_raw.extend((number(ls), name, raw) for ls, raw in flagged[-self.fallback_raw.maxlen:])
+        keep = -self.fallback_raw.maxlen
+        self.fallback_raw.extend((number(ls), name, raw) for ls, raw in zip(starts[keep:], lines[keep:]))
         newlines = number(end) - line_base - 1
         if self.collector is not None:
             self._progress(buf, end, line_base + newlines, name)
