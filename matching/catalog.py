@@ -184,13 +184,15 @@ def saved(name: str, sources: list[Path], load):
     explain` did before reading a byte of the log. Kept beside the Hyperscan databases (the
     user's own cache), written atomically; a cache that cannot be read or written is ignored.
     Only a load that succeeded is kept, so a broken file still fails with its one line."""
-    from matching.prefilter import _prune, cache_dir, cache_key
+    from matching.prefilter import _prune, cache_dir, cache_key, used
 
     made_of = [sys.version.encode()] + [p.name.encode() + b"\0" + p.read_bytes() for p in sources]
     d, key = cache_dir(), cache_key(b"\0".join(made_of))
     path = d / f"{name}-{key}.pickle"
     try:
-        return pickle.loads(path.read_bytes())
+        value = pickle.loads(path.read_bytes())
+        used(path)
+        return value
     except Exception:  # absent, unreadable or from another build: load afresh
         pass
     value = load()
@@ -202,7 +204,7 @@ def saved(name: str, sources: list[Path], load):
         with os.fdopen(fd, "wb") as fh:
             pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
-        _prune(d, f"{name}-*.pickle", keep=4)
+        _prune(d, f"{name}-*.pickle", keep=8)
     except OSError:
         pass
     return value

@@ -61,11 +61,20 @@ def cache_dir() -> Path:
 MAX_HITS_PER_BLOCK = 100_000
 
 
-def _prune(d: Path, pattern: str = "hs-*.db", keep: int = 8) -> None:
-    """Keep the most recently written files only (each catalog edit makes a new one)."""
+def _prune(d: Path, pattern: str = "hs-*.db", keep: int = 32) -> None:
+    """Keep the most recently used files only (each catalog edit makes a new one, and so does
+    every test that builds a catalog of its own: the one in use must not be pushed out)."""
     old = sorted(d.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)[keep:]
     for path in old:
         path.unlink(missing_ok=True)
+
+
+def used(path: Path) -> None:
+    """Mark a cached file as used now (its mtime orders the pruning)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
 
 
 class HyperscanPrefilter:
@@ -85,9 +94,11 @@ class HyperscanPrefilter:
     def _load(self, key: str):
         path = cache_dir() / f"hs-{key}.db"
         try:
-            return self._hs.loadb(path.read_bytes(), self._hs.HS_MODE_BLOCK)
+            db = self._hs.loadb(path.read_bytes(), self._hs.HS_MODE_BLOCK)
         except Exception:  # absent, unreadable or from another build: compile afresh
             return None
+        used(path)
+        return db
 
     def _compile(self, exprs: list[bytes], key: str):
         hs = self._hs
