@@ -140,6 +140,14 @@ def own_peak_rss(cmd: list[str]) -> int:
     return int(out.stdout) * 1024
 
 
+def start_up(tmpdir: Path) -> float:
+    """Seconds doctor takes on a log of one line: what it costs before the log's size counts."""
+    tiny = tmpdir / "one-line.log"
+    tiny.write_bytes(b"step:1 - loss:0.1\n")
+    cmd = [sys.executable, "-m", "doctor", "explain", "--json", str(tiny)]
+    return statistics.median(sampled_run(cmd)[0] for _ in range(5))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=int, default=1024)
@@ -193,6 +201,7 @@ def main() -> int:
         print(f"doctor explain peak RSS: {max(rss) / 2**20:.0f} MiB  (goal <= 150)")
         print(f"doctor explain peak RSS, its own (started from a fresh interpreter): "
               f"{own_peak_rss(doctor_cmd) / 2**20:.0f} MiB")
+        print(f"doctor explain start-up (a 1-line log, median of 5): {start_up(tmpdir) * 1000:.0f} ms")
         ok = top is not None and top["rule"] == "memory-oom-log-prob"
         return 0 if ok else 1
     finally:
