@@ -17,6 +17,11 @@ which goes first:
 and prints the ratio of their times (goal <= 2), doctor's throughput in MB/s and its peak RSS
 (goal <= 150 MB). Times are medians over the rounds; the ratio is what to compare across
 machines, not the absolute seconds.
+
+The peak RSS of the timed runs is at least this script's own: Linux carries a parent's high-water
+mark over into the child it forks and execs (/bin/true started from here reports this process's
+size). So one more, untimed, run is started from a fresh small interpreter, and its figure is
+printed beside it as doctor's own.
 """
 from __future__ import annotations
 
@@ -125,6 +130,24 @@ def sampled_run(cmd: list[str]) -> tuple[float, int, str]:
     return seconds, usage.ru_maxrss * 1024, out
 
 
+OWN_RSS = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL); "
+           "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+
+def own_peak_rss(cmd: list[str]) -> int:
+    """Peak RSS in bytes of cmd started by a fresh interpreter (its ~11 MB is the floor)."""
+    out = subprocess.run([sys.executable, "-c", OWN_RSS, *cmd], capture_output=True, text=True, check=True)
+    return int(out.stdout) * 1024
+
+
+def start_up(tmpdir: Path) -> float:
+    """Seconds doctor takes on a log of one line: what it costs before the log's size counts."""
+    tiny = tmpdir / "one-line.log"
+    tiny.write_bytes(b"step:1 - loss:0.1\n")
+    cmd = [sys.executable, "-m", "doctor", "explain", "--json", str(tiny)]
+    return statistics.median(sampled_run(cmd)[0] for _ in range(5))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=int, default=1024)
@@ -176,6 +199,9 @@ def main() -> int:
         print(f"doctor explain / grep -c -E (error-like words, the fixed anchor): {d / w:.2f}")
         print(f"doctor explain throughput: {size / 1e6 / d:.0f} MB/s")
         print(f"doctor explain peak RSS: {max(rss) / 2**20:.0f} MiB  (goal <= 150)")
+        print(f"doctor explain peak RSS, its own (started from a fresh interpreter): "
+              f"{own_peak_rss(doctor_cmd) / 2**20:.0f} MiB")
+        print(f"doctor explain start-up (a 1-line log, median of 5): {start_up(tmpdir) * 1000:.0f} ms")
         ok = top is not None and top["rule"] == "memory-oom-log-prob"
         return 0 if ok else 1
     finally:

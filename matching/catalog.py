@@ -6,6 +6,8 @@ RE2 rejects (RE2 keeps every pattern linear-time), a duplicate id, an unknown ca
 """
 from __future__ import annotations
 
+import os
+import pickle
 import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import re2
 
+import knowledge.vocabulary
 from knowledge.vocabulary import CATEGORIES, PHASES, PLATFORMS
 
 if sys.version_info >= (3, 11):
@@ -175,10 +178,49 @@ def load_rules(directory: Path | str | None = None) -> list[Rule]:
     return rules
 
 
+def saved(name: str, sources: list[Path], load):
+    """`load()`, or what it returned in an earlier run whose sources (the TOML files and the code
+    that reads them) were the same bytes: parsing and validating them was most of what `doctor
+    explain` did before reading a byte of the log. Kept beside the Hyperscan databases (the
+    user's own cache), written atomically; a cache that cannot be read or written is ignored.
+    Only a load that succeeded is kept, so a broken file still fails with its one line."""
+    from matching.prefilter import _prune, cache_dir, cache_key, used
+
+    made_of = [sys.version.encode()] + [p.name.encode() + b"\0" + p.read_bytes() for p in sources]
+    d, key = cache_dir(), cache_key(b"\0".join(made_of))
+    path = d / f"{name}-{key}.pickle"
+    try:
+        value = pickle.loads(path.read_bytes())
+        used(path)
+        return value
+    except Exception:  # absent, unreadable or from another build: load afresh
+        pass
+    value = load()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        import tempfile  # only when writing: its import costs a run that reads the cache
+
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}-")
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+        _prune(d, f"{name}-*.pickle", keep=8)
+    except OSError:
+        pass
+    return value
+
+
+def code_files() -> list[Path]:
+    """What else a loaded catalog depends on (the code that checks it, the vocabulary it is
+    checked against): a change to any of them must not reuse a saved catalog."""
+    vocabulary = Path(knowledge.vocabulary.__file__)
+    return [Path(__file__), vocabulary, vocabulary.with_suffix(".toml")]
+
+
 @lru_cache(maxsize=1)
 def catalog() -> tuple[Rule, ...]:
-    """The shipped catalog, loaded once per process."""
-    return tuple(load_rules())
+    """The shipped catalog, loaded once per process (and saved between runs, see `saved`)."""
+    return saved("catalog", sorted(RULES_DIR.glob("*.toml")) + code_files(), lambda: tuple(load_rules()))
 
 
 def rule_by_id(rule_id: str) -> Rule | None:

@@ -20,6 +20,7 @@ import io
 import re
 import sys
 import zlib
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterable
@@ -189,7 +190,7 @@ class Matcher:
         for p in self.exprs:
             self.line_set.Add(p)
         self.line_set.Compile()
-        self.prefilter = make_prefilter([_block_form(p) for p in self.exprs])
+        self.prefilter = make_prefilter([_block_form(p) for p in self.exprs], frozenset(self.cheap))
 
 
 _MATCHER: Matcher | None = None
@@ -334,6 +335,35 @@ class _Hits:
         return self.first + list(self.last)
 
 
+class _Numbers:
+    """Line numbers in one block: number(pos) is the number of the line holding buf[pos], counted
+    from the nearest position numbered before (the ascending ones are kept; the last one asked is
+    too), so a block's newlines are counted about once however its lines are asked for."""
+    __slots__ = ("count", "at", "n", "cur", "cur_n")
+
+    def __init__(self, buf, first: int):
+        self.count = buf.count
+        self.at, self.n = [0], [first]      # ascending (position, number)
+        self.cur, self.cur_n = 0, first     # the last one asked
+
+    def __call__(self, pos: int) -> int:
+        at, n, count, cur = self.at, self.n, self.count, self.cur
+        i = bisect_right(at, pos) - 1       # at[i] <= pos
+        base, num = (cur, self.cur_n) if at[i] < cur <= pos else (at[i], n[i])
+        above = at[i + 1] if i + 1 < len(at) else None
+        if cur > pos and cur - pos < pos - base and (above is None or cur < above):
+            num = self.cur_n - count(b"\n", pos, cur)
+        elif above is not None and above - pos < pos - base:
+            num = n[i + 1] - count(b"\n", pos, above)
+        else:
+            num += count(b"\n", base, pos)
+        if pos > at[-1]:
+            at.append(pos)
+            n.append(num)
+        self.cur, self.cur_n = pos, num
+        return num
+
+
 class Scan:
     """Hits of every pattern over one or more streams."""
 
@@ -398,37 +428,41 @@ class Scan:
         return got
 
     def _scan(self, view: memoryview, buf, end: int, line_base: int, name: str | None) -> int:
-        """Check the candidate lines of buf[:end]; return how many newlines it holds."""
-        counted_pos, counted = 0, line_base
-        line_end = -1
-        cands = self.m.prefilter.candidates(view[:end])
-        cheap = self.m.cheap
-        flagged: list[tuple[int, bytes, int]] = []   # error-like lines, for the generic layer
-        i, n_cands = 0, len(cands)
-        while i < n_cands:
-            pos, pid = cands[i]
-            i += 1
+        """Check the candidate lines of buf[:end]; return how many newlines it holds. Most are hit
+        by cheap patterns only (error-like words): they cost no exact match, and no line count
+        until the generic layer keeps one."""
+        cheap, other = self.m.prefilter.candidates(view[:end])
+        hits = sorted(cheap + other) if other else cheap  # two sorted runs: one linear merge
+        number = _Numbers(buf, line_base + 1)
+        starts: list[int] = []    # the error-like lines: where they start, their bytes
+        lines: list[bytes] = []
+        line_end, o, n_other = -1, 0, len(other)
+        rfind, find = buf.rfind, buf.find
+        for pos in hits:
             if pos <= line_end:
                 continue  # this line is done
-            ls = buf.rfind(b"\n", 0, pos) + 1
-            line_end = buf.find(b"\n", pos, end)
+            ls = rfind(b"\n", 0, pos) + 1
+            line_end = find(b"\n", pos, end)
             if line_end < 0:
                 line_end = end
-            only_cheap = pid in cheap
-            while i < n_cands and cands[i][0] <= line_end:  # the other hits on this line
-                only_cheap = only_cheap and cands[i][1] in cheap
-                i += 1
-            counted += buf.count(b"\n", counted_pos, ls)
-            counted_pos = ls
-            raw = clip_line(buf, ls, line_end, pos)
-            if only_cheap:  # needed only if no rule matches: keep the raw bytes, cheaply
-                self.fallback_raw.append((counted + 1, name, raw))
-                flagged.append((ls, raw, counted + 1))
-            elif self._line(raw, counted + 1, name):
-                flagged.append((ls, raw, counted + 1))
-        newlines = counted - line_base + buf.count(b"\n", counted_pos, end)
+            if line_end - ls <= MAX_LINE_BYTES:
+                raw = view[ls:line_end].tobytes()
+            else:
+                raw = clip_line(buf, ls, line_end, pos)
+            if o < n_other and other[o] <= line_end:  # a rule's pattern may hit it: match exactly
+                while o < n_other and other[o] <= line_end:
+                    o += 1
+                if not self._line(raw, number(ls), name):
+                    continue
+            starts.append(ls)
+            lines.append(raw)
         if self.collector is not None:
-            self.collector.block(buf, flagged, name)
+            self.collector.block(buf, starts, lines, name, number)
+        # the last error-like lines: needed only if no rule matches (verified then)
+        keep = -self.fallback_raw.maxlen
+        self.fallback_raw.extend((number(ls), name, raw) for ls, raw in zip(starts[keep:], lines[keep:]))
+        newlines = number(end) - line_base - 1
+        if self.collector is not None:
             self._progress(buf, end, line_base + newlines, name)
         return newlines
 
@@ -451,10 +485,7 @@ class Scan:
     def _line(self, raw: bytes, n: int, name: str | None) -> bool:
         """Match a candidate line exactly; true when it is error-like (for the generic layer)."""
         line = self._match(raw, n, name)
-        if line is not None and line.fallback:
-            self.fallback_raw.append((n, name, raw))
-            return True
-        return False
+        return line is not None and line.fallback
 
     def _match(self, raw: bytes, n: int, name: str | None) -> Line | None:
         """Record which patterns the cleaned line matches; None when it matches none."""

@@ -1,7 +1,8 @@
 """Block prefilters: where in a block of log bytes might any catalog pattern match?
 
-`candidates(view)` returns sorted (byte offset, pattern index or -1) pairs: some pattern matched
-at or near that offset of the block; the caller re-checks each such line exactly with RE2. A prefilter may over-report, never
+`candidates(view)` returns two sorted lists of byte offsets: where a pattern of the `cheap` set
+given at construction matched, and where any other pattern (or one the engine cannot name) matched.
+The caller re-checks each such line exactly with RE2. A prefilter may over-report, never
 under-report. Two engines, same contract:
 
 - Hyperscan (Vectorscan) when installed: all patterns in one multi-pattern automaton, compiled
@@ -11,10 +12,8 @@ under-report. Two engines, same contract:
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import re2
@@ -41,6 +40,17 @@ def _prefilter_form(pattern: str) -> str:
             return pattern
 
 
+try:  # CPython's own BLAKE2: hashlib would load OpenSSL, ~3.5 MB of RSS for a cache key
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - another interpreter
+    from hashlib import blake2b
+
+
+def cache_key(data: bytes) -> str:
+    """The name part of a cached file: a digest of everything the file was made from."""
+    return blake2b(data, digest_size=12).hexdigest()
+
+
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "verl-doctor"
@@ -51,22 +61,32 @@ def cache_dir() -> Path:
 MAX_HITS_PER_BLOCK = 100_000
 
 
-def _prune(d: Path, keep: int = 8) -> None:
-    """Keep the most recently written databases only (each catalog edit makes a new one)."""
-    old = sorted(d.glob("hs-*.db"), key=lambda p: p.stat().st_mtime, reverse=True)[keep:]
+def _prune(d: Path, pattern: str = "hs-*.db", keep: int = 32) -> None:
+    """Keep the most recently used files only (each catalog edit makes a new one, and so does
+    every test that builds a catalog of its own: the one in use must not be pushed out)."""
+    old = sorted(d.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)[keep:]
     for path in old:
         path.unlink(missing_ok=True)
 
 
+def used(path: Path) -> None:
+    """Mark a cached file as used now (its mtime orders the pruning)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
 class HyperscanPrefilter:
-    def __init__(self, patterns: list[str]):
+    def __init__(self, patterns: list[str], cheap: frozenset[int] = frozenset()):
         import hyperscan
 
         self._hs = hyperscan
         self._patterns = patterns
+        self._cheap = [i in cheap for i in range(len(patterns))]  # a list index: the cheapest test
         self._re2: Re2Prefilter | None = None
         exprs = [_prefilter_form(p).encode() for p in patterns]
-        key = hashlib.sha256(b"\0".join(exprs) + hyperscan.__version__.encode()).hexdigest()[:24]
+        key = cache_key(b"\0".join(exprs) + hyperscan.__version__.encode())
         self.db = self._load(key) or self._compile(exprs, key)
         self._ends: list[int] = []
         self._scratch = hyperscan.Scratch(self.db)
@@ -74,9 +94,11 @@ class HyperscanPrefilter:
     def _load(self, key: str):
         path = cache_dir() / f"hs-{key}.db"
         try:
-            return self._hs.loadb(path.read_bytes(), self._hs.HS_MODE_BLOCK)
+            db = self._hs.loadb(path.read_bytes(), self._hs.HS_MODE_BLOCK)
         except Exception:  # absent, unreadable or from another build: compile afresh
             return None
+        used(path)
+        return db
 
     def _compile(self, exprs: list[bytes], key: str):
         hs = self._hs
@@ -86,6 +108,8 @@ class HyperscanPrefilter:
         try:  # cache it, atomically: a concurrent doctor never reads half a file
             d = cache_dir()
             d.mkdir(parents=True, exist_ok=True)
+            import tempfile  # only when writing: its import costs every run that loads the cache
+
             fd, tmp = tempfile.mkstemp(dir=d, prefix=".hs-")
             with os.fdopen(fd, "wb") as fh:
                 fh.write(hs.dumpb(db))
@@ -95,13 +119,16 @@ class HyperscanPrefilter:
             pass
         return db
 
-    def candidates(self, view: memoryview) -> list[tuple[int, int]]:
-        hits: list[tuple[int, int]] = []
-        append = hits.append
+    def candidates(self, view: memoryview) -> tuple[list[int], list[int]]:
+        cheap, other = [], []
+        is_cheap, add_cheap, add_other = self._cheap, cheap.append, other.append
+        left = [MAX_HITS_PER_BLOCK]
 
         def on_match(i, _from, to, _flags, _ctx):
-            append((to - 1, i))  # an end offset points just past the match: step back into its line
-            return len(hits) >= MAX_HITS_PER_BLOCK  # true stops the scan
+            # an end offset points just past the match: step back into its line
+            (add_cheap if is_cheap[i] else add_other)(to - 1)
+            left[0] -= 1
+            return not left[0]  # true stops the scan
 
         try:
             self.db.scan(view, match_event_handler=on_match, scratch=self._scratch)
@@ -109,8 +136,9 @@ class HyperscanPrefilter:
             if self._re2 is None:
                 self._re2 = Re2Prefilter(self._patterns)
             return self._re2.candidates(view)  # at most one candidate per line
-        hits.sort()
-        return hits
+        cheap.sort()
+        other.sort()
+        return cheap, other
 
 
 class Re2Prefilter:
@@ -119,23 +147,24 @@ class Re2Prefilter:
         opts.max_mem = 64 << 20
         self.rx = re2.compile("|".join(f"(?:{p})" for p in patterns).encode(), opts)
 
-    def candidates(self, view: memoryview) -> list[tuple[int, int]]:
+    def candidates(self, view: memoryview) -> tuple[list[int], list[int]]:
         data = bytes(view)
         out, pos, end = [], 0, len(data)
         while pos < end:
             m = self.rx.search(data, pos, end)
             if m is None:
                 break
-            out.append((m.start(), -1))  # -1: which pattern is left to the exact check
+            out.append(m.start())  # which pattern is left to the exact check: never "cheap"
             nl = data.find(b"\n", m.start())
             pos = end if nl < 0 else nl + 1
-        return out
+        return [], out
 
 
-def make_prefilter(patterns: list[str]):
+def make_prefilter(patterns: list[str], cheap: frozenset[int] = frozenset()):
+    """`cheap`: the indexes whose hits `candidates` reports apart (see the module's docstring)."""
     if os.environ.get("DOCTOR_PREFILTER") != "re2":
         try:
-            return HyperscanPrefilter(patterns)
+            return HyperscanPrefilter(patterns, cheap)
         except Exception:  # not installed, or a pattern it cannot take: RE2 is slower, never wrong
             pass
     return Re2Prefilter(patterns)

@@ -16,6 +16,8 @@ import sys
 from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import chain, compress, islice, repeat
+from operator import not_
 from pathlib import Path
 
 import re2
@@ -223,7 +225,9 @@ def load_generic(path: Path | str | None = None) -> Generic:
 
 @lru_cache(maxsize=1)
 def generic() -> Generic:
-    return load_generic()
+    from matching.catalog import code_files, saved
+
+    return saved("generic", [GENERIC_FILE, Path(__file__)] + code_files(), load_generic)
 
 
 @lru_cache(maxsize=256)
@@ -300,12 +304,19 @@ class Collector:
         self._full: set[str] = set()               # keys whose first slots are taken
         self.progress: dict[str | None, int] = {}   # file -> last line showing the run went on
 
-    def block(self, buf, cands: list[tuple[int, bytes, int]], name: str | None) -> None:
-        """A block's flagged lines (start offset, the line's bytes, line number). Every one costs a
-        cached regex on its first bytes; only those kept (the first ones, the first of each
-        exception type or line class, the block's last ones) are copied with their context."""
-        tail_from, keys, full = len(cands) - TAIL_PER_BLOCK, self._keys, self._full
-        for i, (ls, raw_line, n) in enumerate(cands):
+    def block(self, buf, starts: list[int], lines: list[bytes], name: str | None, number) -> None:
+        """A block's flagged lines (start offsets, the lines' bytes); number(offset) gives a line's
+        number, counted only for the lines kept. Every one costs a cached regex on its first bytes;
+        only those kept (the first ones, the first of each exception type or line class, the
+        block's last ones) are copied with their context. Before the block's last lines, one whose
+        cached key is None or full needs nothing (keys only become full): skipped in bulk."""
+        n, keys, full = len(lines), self._keys, self._full
+        tail_from = max(0, n - TAIL_PER_BLOCK)
+        settled = full | {None}
+        known = map(keys.get, islice(lines, tail_from), repeat(self))
+        todo = compress(range(tail_from), map(not_, map(settled.__contains__, known)))
+        for i in chain(todo, range(tail_from, n)):
+            raw_line = lines[i]
             key = keys.get(raw_line, self) if len(raw_line) <= 2048 else self
             if key is self:
                 key = self._key(raw_line)
@@ -314,7 +325,8 @@ class Collector:
             slot = self.per_key.get(key)
             if slot is None and len(self.per_key) < MAX_TYPES:
                 slot = self.per_key[key] = []
-            raw = Raw(n, name, bytes(buf[max(0, ls - CONTEXT_BYTES):ls]) + raw_line, key)
+            ls = starts[i]
+            raw = Raw(number(ls), name, bytes(buf[max(0, ls - CONTEXT_BYTES):ls]) + raw_line, key)
             if len(self.first) < FIRST_EVENTS:
                 self.first.append(raw)
             elif slot is not None and len(slot) < PER_TYPE:
