@@ -46,28 +46,39 @@ NEAR_RULE = 5              # a flagged line this close to a rule's line is part 
 # (twice when a rank's tee'd output is logged again); docker build's plain progress with "#N SECONDS ".
 # Indented: pip and uv print a failed build's own output indented under their report; Python prints
 # an ExceptionGroup's members behind "  | " (traceback.TracebackException.format).
+# pytest (src/_pytest/_code/code.py, FormattedExcinfo.get_exconly) prints the exception behind its fail
+# marker "E" and the indent ("E   ", deeper under indented source), and its short summary
+# (src/_pytest/terminal.py, _get_line_with_reprcrash_message) "FAILED|ERROR <node id> - <exception line>".
 _LEVEL = r"(?:(?P<lvl>ERROR|CRITICAL)\s[^\]]{0,80}\]\s*)?"
-_PREFIX = r"^(?:\[(?:rank|default)\d+\]:\s*){0,2}(?:#\d+ \d+\.\d+ )?[ \t]*(?:\| )?"
+_PREFIX = (r"^(?:\[(?:rank|default)\d+\]:\s*){0,2}(?:#\d+ \d+\.\d+ )?(?:E\s+|(?:FAILED|ERROR) \S+ - )?"
+           r"[ \t]*(?:\| )?")
+# A bare `raise Exception(...)` prints the type alone ("Exception: Version mismatch: ...").
 EXC_LINE = re2.compile(
     _PREFIX + _LEVEL +
-    r"(?P<type>(?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|StopIteration|"
-    r"gaierror|herror))(?:\((?P<inner>[\w.]*)\))?(?::\s?(?P<msg>.*))?$")
+    r"(?P<type>(?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|Exception|"
+    r"StopIteration|gaierror|herror))(?:\((?P<inner>[\w.]*)\))?(?::\s?(?P<msg>.*))?$")
 # Prefilter forms: which lines are worth a look (exception lines; the rest come from the classes).
 # matching/explain.py's fallback lines flag "SomeError: message"; these add the exceptions Python
 # prints without a message (a bare `assert`), other endings, private types, Ray's wrapped ones.
 EXCEPTION_PATTERNS = (r"^\s*(?:[\w.]+\.)?(?:AssertionError|KeyboardInterrupt|MemoryError|StopIteration|"
                       r"NotImplementedError|RecursionError|SystemExit)\s*$",
                       r"\b[A-Z]\w*(?:Exit|Interrupt|Failure|Timeout)(?:\([\w.]*\))?: |\._[A-Z]\w*Error: |"
-                      r"\b[A-Z]\w*(?:Error|Exception)\([\w.]*\): |\bsocket\.(?:gaierror|herror): ")
+                      r"\b[A-Z]\w*(?:Error|Exception)\([\w.]*\): |\bsocket\.(?:gaierror|herror): ",
+                      r"(?:^|[\s:\]])Exception: ")
 # Python's header, and Ray's: RayTaskError.__str__ (ray/exceptions.py) prints the remote traceback with
 # its "Traceback ..." line replaced by "ray::<proctitle>() (pid=N, ip=...)", often on the wrapper's line
 # ("ray.exceptions.RayTaskError(KeyError): ray::WorkerDict.f() (pid=...)").
-HEADER = re2.compile(r"Traceback \(most recent call last\):|\bray::[\w.<>]+\(\)(?: \(pid=\d+|\s*$)")
+# pytest heads each failed test's report with "____ test_name ____" (src/_pytest/terminal.py, summary_failures:
+# write_sep("_", ...)): the frames above it belong to another test.
+HEADER = re2.compile(r"Traceback \(most recent call last\):|\bray::[\w.<>]+\(\)(?: \(pid=\d+|\s*$)|^_{3,} \S.* _{3,}$")
 PY_HEADER = "Traceback (most recent call last)"
 # sys.unraisablehook's default output: an exception in __del__ or a callback, printed and ignored
 IGNORED = re2.compile(r"^Exception ignored (?:in|on|while)\b")
 # Searched, not anchored: torchrun's "[rank0]: " and vLLM's "ERROR <date> [file:line] " may precede.
-FRAME = re2.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)')
+# And pytest's frame line (src/_pytest/_code/code.py, ReprFileLocation): "path:N: in func" (--tb=short);
+# --tb=long (the default) prints "path:N: " under each entry's source, the last one's with the type.
+FRAME = re2.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)|'
+                    r'^(?P<tpath>[^\s:"]+\.py):\d+: ?(?:in (?P<tfunc>\S+)|[A-Z]\w*)?$')
 CHAIN = re2.compile(r"(?:During handling of the above exception, another exception occurred|"
                     r"The above exception was the direct cause of the following exception):")
 LOGGED = re2.compile(r"\b(?:ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL)\b")
@@ -75,7 +86,7 @@ WARNING_LINE = re2.compile(r"^\s*(?:\[?\w+\s?\d*\]?\s)?(?:WARNING|WARN|INFO|DEBU
                            r"^\S+:\d+: \w*Warning: |\b(?:User|Future|Deprecation|Runtime|Resource)Warning\b|"
                            r"\bNCCL (?:INFO|WARN)\b|^.{0,80}?\[(?:INFO|WARNING|WARN|DEBUG|EVENT|TRACE)\]")
 # The exception type of a raw line, found cheaply (no decoding, no prefix stripping)
-KEY_RX = re2.compile(rb"(?:^|[\s)\]:])((?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|gaierror|herror))"
+KEY_RX = re2.compile(rb"(?:^|[\s)\]:])((?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|Exception|gaierror|herror))"
                      rb"(?:\([\w.]*\))?(?::|\s*$)")
 MSG_PATH = re2.compile(r"""['"(](?P<path>/[^'")\s]+)""")
 
@@ -411,7 +422,7 @@ def _traceback_above(lines: list, end: int, process) -> tuple[list, int]:
             continue
         m = FRAME.search(ln.text)
         if m:
-            frames.append((ln, m.group("path"), m.group("func")))
+            frames.append((ln, m.group("path") or m.group("tpath"), m.group("func") or m.group("tfunc") or ""))
         elif HEADER.search(ln.text):
             return frames[::-1], i
         elif CHAIN.search(ln.text.strip()) or EXC_LINE.search(ln.text):

@@ -647,3 +647,48 @@ def test_fewer_devices_than_the_job_asks_for_is_cluster_not_config():
             "ValueError: Total available GPUs 4 is less than total desired GPUs 8")
     top = explain_text("step:0 - starting\n" + text + "\n", matcher=layer_alone())[0]
     assert (top.rule, top.category) == ("generic-ray-cluster", "cluster")
+
+
+# ---------------------------------------------------------------------------------------------
+# Forms of the tuning part's CI logs and excerpts (vllm-ascend's unit and e2e tests run under pytest)
+
+
+def pytest_output(tmp_path, tb: str) -> str:
+    """What a real pytest prints for two failing tests: a ValueError raised in a module under
+    verl/trainer/config/, and an import of a package that is not installed."""
+    cfg = tmp_path / "verl" / "trainer" / "config"
+    cfg.mkdir(parents=True)
+    for d in (cfg, cfg.parent, cfg.parent.parent):
+        (d / "__init__.py").write_text("")
+    (cfg / "algo.py").write_text("def check(n):\n    if n % 3:\n"
+                                 "        raise ValueError(f'train_batch_size {n} does not split over 3 workers')\n")
+    (tmp_path / "test_job.py").write_text("from verl.trainer.config.algo import check\n"
+                                          "def test_cfg():\n    check(4)\n"
+                                          "def test_imp():\n    import verl_doctor_absent_module\n")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--tb={tb}", "test_job.py"],
+                       cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert r.returncode == 1 and "E   ModuleNotFoundError: No module named 'verl_doctor_absent_module'" in \
+        r.stdout.replace("E       ", "E   "), r.stdout[-2000:]
+    return r.stdout
+
+
+@pytest.mark.parametrize("tb", ["short", "long"])
+def test_pytest_fail_marker_and_frames(tmp_path, tb):
+    out = pytest_output(tmp_path, tb)
+    found = [(f.rule, f.category) for f in explain_text(out, matcher=layer_alone())]
+    assert ("generic-missing-module", "versions") in found
+    if tb == "short":   # "path:N: in func" frames: the ValueError was raised in verl's config code
+        assert found[0] == ("generic-config-error", "config"), found
+    # pytest's short summary alone ("FAILED <node id> - <exception line>"), as a CI step's tail shows it
+    summary = out[out.index("short test summary info"):]
+    assert layer_verdict(summary) == ("generic-missing-module", "versions")
+
+
+def test_a_bare_exception_type_is_read(tmp_path):
+    # ray/services.py (0.x) check_version_info: raise Exception("Version mismatch: ..."), message on many lines
+    out = python_output("def check_version_info():\n    raise Exception('Version mismatch: The cluster was started with:"
+                        "\\n    Ray: 2.40.0\\nThis process was started with:\\n    Ray: 2.41.0')\n"
+                        "check_version_info()\n", tmp_path)
+    assert "\nException: Version mismatch: " in out, out
+    assert layer_verdict(out) == ("generic-version-mismatch", "versions")
+    assert layer_verdict(with_ray_prefix(out, "raylet, ip=10.0.0.2")) == ("generic-version-mismatch", "versions")
