@@ -88,7 +88,12 @@ WARNING_LINE = re2.compile(r"^\s*(?:\[?\w+\s?\d*\]?\s)?(?:WARNING|WARN|INFO|DEBU
 # The exception type of a raw line, found cheaply (no decoding, no prefix stripping)
 KEY_RX = re2.compile(rb"(?:^|[\s)\]:])((?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|Exception|gaierror|herror))"
                      rb"(?:\([\w.]*\))?(?::|\s*$)")
-MSG_PATH = re2.compile(r"""['"(](?P<path>/[^'")\s]+)""")
+MSG_PATH = re2.compile(r"""['"(](?P<path>(?:/|\.\.?/)[^'")\s]+)""")
+# The module an import failed in: "No module named 'a.b'" (Python/import.c), "cannot import name 'x' from
+# 'a.b' (path)" (Python/ceval.c, import_from); its top-level package is group 1.
+IMPORTED = re2.compile(r"^No module named '([\w]+)[\w.]*'|^cannot import name '\w+' from (?:partially initialized module )?'(\w+)")
+# An install location, a frozen module, or a path elided in the paste (".../pkg/mod.py"): no tree shown.
+INSTALLED = re2.compile(r"(?:site|dist)-packages|/lib/python\d|^<|^\.\.\.")
 
 
 class GenericError(CatalogError):
@@ -487,11 +492,21 @@ def _handled(lines: _Lines, header: tuple | None, last_lvl, process) -> bool:
 
 
 def _where(exc: Exc) -> list[str]:
-    """Where it was raised: the innermost frames as "path:function", and a path the message names."""
+    """Where it was raised: the innermost frames as "path:function", "msg:<path>" for a path the
+    message names, and "tree:<path>" for an import that failed inside the very package it names,
+    imported from outside any install location (a source tree: an unbuilt checkout, a shadowing
+    directory)."""
     paths = [f"{p}:{f}" for _, p, f in exc.frames[-3:]]
     mp = MSG_PATH.search(exc.msg)
     if mp:
-        paths.append(mp.group("path"))
+        paths.append("msg:" + mp.group("path"))
+    imp = IMPORTED.search(exc.msg) if exc.type.endswith(("ImportError", "ModuleNotFoundError")) else None
+    if imp:
+        top = "/" + (imp.group(1) or imp.group(2)) + "/"
+        tree = next((p for _, p, _f in reversed(exc.frames[-3:])
+                     if not INSTALLED.search(p) and top in "/" + p.replace("\\", "/").lstrip("./")), None)
+        if tree:
+            paths.append("tree:" + tree)
     return paths
 
 

@@ -692,3 +692,47 @@ def test_a_bare_exception_type_is_read(tmp_path):
     assert "\nException: Version mismatch: " in out, out
     assert layer_verdict(out) == ("generic-version-mismatch", "versions")
     assert layer_verdict(with_ray_prefix(out, "raylet, ip=10.0.0.2")) == ("generic-version-mismatch", "versions")
+
+
+def import_output(tmp_path, files: dict, code: str, pythonpath: str = "") -> str:
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath}
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert r.returncode == 1 and ("ImportError" in r.stdout or "ModuleNotFoundError" in r.stdout), r.stdout
+    return r.stdout
+
+
+def test_an_import_that_fails_in_a_source_tree_is_imports(tmp_path):
+    # a project directory named like a package (torchtitan's datasets/ shadowing HF datasets): the
+    # module the name was looked up in is that directory's file, not an installed one
+    out = import_output(tmp_path, {"proj/datasets/__init__.py": "", "proj/hf.py": "from datasets import Dataset\n"},
+                        "import hf", pythonpath=str(tmp_path / "proj"))
+    assert f"from 'datasets' ({tmp_path}/proj/datasets/__init__.py)" in out
+    assert layer_verdict(out) == ("generic-import-source-tree", "imports")
+    # a directory without __init__.py: a namespace package, "unknown location"
+    out = import_output(tmp_path, {"vllm_doc_ns/README": "x"}, "from vllm_doc_ns import LLM")
+    assert "(unknown location)" in out
+    assert layer_verdict(out) == ("generic-import-source-tree", "imports")
+    # a checkout whose compiled part was never built: the import fails inside the package it names
+    out = import_output(tmp_path, {"ck/vllm_doc/__init__.py": "import vllm_doc._C\n"}, "import vllm_doc",
+                        pythonpath=str(tmp_path / "ck"))
+    assert "No module named 'vllm_doc._C'" in out
+    assert layer_verdict(out) == ("generic-import-source-tree", "imports")
+
+
+def test_a_package_absent_from_a_script_outside_any_install_is_versions(tmp_path):
+    # before: any import error raised in a file outside site-packages (every user's own script) was "imports"
+    out = import_output(tmp_path, {"job/train.py": "import verl_doctor_absent_module\n"}, "import train",
+                        pythonpath=str(tmp_path / "job"))
+    assert f'File "{tmp_path}/job/train.py"' in out
+    assert layer_verdict(out) == ("generic-missing-module", "versions")
+    # a path the paste elided shows no tree (novasky_ai_skyrl_864 in the tuning part)
+    elided = ('  File ".../skyrl_agent/auto.py", line 6, in <module>\n'
+              "    from skyrl_agent.agents.mapping import AGENT_GENERATOR_REGISTRY\n"
+              "ModuleNotFoundError: No module named 'skyrl_agent.agents'\n")
+    assert layer_verdict(elided) == ("generic-missing-module", "versions")
+    page = run_doctor("rules", "generic-import-source-tree")   # its page says what msg: and tree: are
+    assert page.returncode == 0 and "`tree:PATH` an import failing inside the package it names" in page.stdout
