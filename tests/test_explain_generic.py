@@ -736,3 +736,45 @@ def test_a_package_absent_from_a_script_outside_any_install_is_versions(tmp_path
     assert layer_verdict(elided) == ("generic-missing-module", "versions")
     page = run_doctor("rules", "generic-import-source-tree")   # its page says what msg: and tree: are
     assert page.returncode == 0 and "`tree:PATH` an import failing inside the package it names" in page.stdout
+
+
+def test_an_argument_the_namespace_lacks_is_config(tmp_path):
+    # a library entry point handed a Namespace without one of its options (vLLM's build_app, SkyRL#1016)
+    out = python_output("import argparse\nargs = argparse.ArgumentParser().parse_args([])\n"
+                        "def build_app(args):\n    return args.disable_fastapi_docs\nbuild_app(args)\n", tmp_path)
+    assert "AttributeError: 'Namespace' object has no attribute 'disable_fastapi_docs'" in out
+    assert layer_verdict(out) == ("generic-config-error", "config")
+    # any other object without the attribute stays the run's unknown exception
+    other = out.replace("'Namespace' object", "'LLMEngine' object")
+    assert layer_verdict(other) == ("generic-python-exception", "other")
+
+
+def test_a_sequence_longer_than_the_settings_take_is_data(tmp_path):
+    # verl's own check (utils/torch_functional.py postprocess_data, truncation='error'), raised for real
+    out = python_output("import torch\nfrom verl.utils.torch_functional import postprocess_data\n"
+                        "ids = torch.ones(1, 10, dtype=torch.long)\n"
+                        "postprocess_data(ids, torch.ones_like(ids), max_length=4, pad_token_id=0, truncation='error')\n",
+                        tmp_path)
+    assert "sequence_length=10 is larger than max_length=4" in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-sequence-too-long", "data")
+    # vLLM's (v1/engine/processor.py) raised in a _validate_* check: data before config
+    vllm = ('  File "/usr/lib/python3/site-packages/vllm/v1/engine/processor.py", line 380, in _validate_model_input\n'
+            "    raise ValueError(\n"
+            "ValueError: The decoder prompt (length 9000) is longer than the maximum model length of 8192. Make "
+            "sure that `max_model_len` is no smaller than the number of text tokens.\n")
+    assert layer_verdict(vllm) == ("generic-sequence-too-long", "data")
+
+
+@pytest.mark.parametrize("text", [
+    # ray-project/ray#18771 (tuning part): Ray < 2's placeholder for a function the worker could not unpickle
+    "2021-09-20 15:55:08,782\tERROR worker.py:80 -- Unhandled error (suppress with RAY_IGNORE_UNHANDLED_ERRORS=1): "
+    "ray::fit_model() (pid=487, ip=10.0.19.47)\nRuntimeError: This function was not imported properly.\n",
+    # ray/_private/function_manager.py (Ray 2): the same for a function, and for an actor class
+    "ray.exceptions.RayTaskError(RuntimeError): ray::loop() (pid=15680, ip=10.0.0.3)\nRuntimeError: The remote "
+    "function failed to import on the worker. This may be because needed library dependencies are not installed "
+    "in the worker environment:\n",
+    "(pid=77, ip=10.0.0.3) RuntimeError: The actor with name RewardActor failed to import on the worker. This may "
+    "be because needed library dependencies are not installed in the worker environment:\n",
+])
+def test_a_function_the_worker_cannot_import_is_cluster(text):
+    assert layer_verdict(text) == ("generic-ray-cluster", "cluster")
