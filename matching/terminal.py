@@ -513,7 +513,7 @@ def _where(exc: Exc) -> list[str]:
 def _class_matches(c: GClass, exc: Exc | None, text: str) -> bool:
     if any(_rx(p).search(text) for p in c.lines):
         return True
-    if exc is None or not c.exceptions:
+    if exc is None or not (c.exceptions or c.also):
         return False
     return _holds(c, exc) or any(_holds(a, exc) for a in c.also)
 

@@ -778,3 +778,55 @@ def test_a_sequence_longer_than_the_settings_take_is_data(tmp_path):
 ])
 def test_a_function_the_worker_cannot_import_is_cluster(text):
     assert layer_verdict(text) == ("generic-ray-cluster", "cluster")
+
+
+def test_an_operator_an_extension_should_have_registered_is_versions(tmp_path):
+    # torch's dispatcher bindings (torch/csrc/utils/python_dispatch.cpp), as torchvision's _meta_registrations
+    # reach them when torchvision's ops library did not load (pytorch/torchtitan#2959, tuning part)
+    out = python_output("import torch\ntorch._C._dispatch_has_kernel_for_dispatch_key('torchvision_doctor::nms', 'Meta')\n",
+                        tmp_path)
+    assert "RuntimeError: operator torchvision_doctor::nms does not exist" in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-version-mismatch", "versions")
+
+
+def test_a_package_whose_build_fails_under_pip_is_versions(tmp_path):
+    # a real pip building a real sdist whose setup.py imports a module of its tree that raises (deepspeed's
+    # setup.py importing op_builder, DeepSpeed#7544 in the tuning part); nothing is installed
+    src = tmp_path / "dsx-0.1"
+    src.mkdir()
+    (src / "setup.py").write_text("import op_builder\n")
+    (src / "op_builder.py").write_text("@_disable_dynamo_if_unsupported\ndef adam():\n    pass\n")
+    subprocess.run(["tar", "czf", "dsx-0.1.tar.gz", "dsx-0.1"], cwd=tmp_path, check=True)
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                        "-w", str(tmp_path / "wheels"), str(tmp_path / "dsx-0.1.tar.gz")],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert r.returncode != 0 and "NameError: name '_disable_dynamo_if_unsupported'" in r.stdout, r.stdout[-2000:]
+    assert "/pip-req-build-" in r.stdout or "/pip-install-" in r.stdout
+    assert layer_verdict(r.stdout) == ("generic-pip-resolution", "versions")
+    # the build's own exception alone (pip's report cut off), through docker build's progress prefix
+    tb = r.stdout[r.stdout.index("Traceback"):r.stdout.index("NameError")] + "NameError: name 'x' is not defined\n"
+    assert layer_verdict("".join("#42 15.84 " + ln + "\n" for ln in tb.splitlines())) == \
+        ("generic-pip-resolution", "versions")
+    # pip's diagnostic line alone
+    assert layer_verdict("  error: subprocess-exited-with-error\n") == ("generic-pip-resolution", "versions")
+
+
+def test_a_batch_without_the_key_the_step_reads_is_data(tmp_path):
+    (tmp_path / "training_batch.py").write_text(
+        "class TrainingInputBatch(dict):\n    def __getitem__(self, key):\n        return super().__getitem__(key)\n")
+    out = python_output("from training_batch import TrainingInputBatch\n"
+                        "def forward_micro_batch(mb):\n    return mb['pixel_values']\n"
+                        "forward_micro_batch(TrainingInputBatch(input_ids=[1, 2]))\n", tmp_path)
+    assert "KeyError: 'pixel_values'" in out
+    assert layer_verdict(out) == ("generic-data-schema", "data")
+
+
+@pytest.mark.parametrize("text", [
+    # vllm-project/vllm-ascend#12907 (tuning part): the registry's "errTitle(ErrCode):" with the message below it
+    "aclnnQuantMatmulWeightNz failed, error code is 161002\nAclNN_Parameter_Error(EZ1001):\nTensor scale not "
+    "implemented for DT_FLOAT16,\n",
+    # vllm-project/vllm-ascend#7426 (tuning part): the error manager's detail line without its "Inner Error!" head
+    "EZ9999[PID: 25038] 2026-03-17-08:21:12.001.372 (EZ9999):  HCCL_BUFFSIZE is too SMALL, maxBs = 256, h = 2048,\n",
+])
+def test_cann_codes_in_the_error_managers_other_forms(text):
+    assert layer_verdict(text) == ("generic-cann-error-code", "other")
