@@ -556,16 +556,19 @@ class Verdict:
         return self.member.category if self.member else self.cls.category
 
 
-def classify(ev: Event, g: Generic, final: bool, weak: frozenset = frozenset()) -> Verdict | None:
+def classify(ev: Event, g: Generic, final: bool, weak: frozenset = frozenset(), bare: bool = False) -> Verdict | None:
     """The class of an event: for a chain, its earliest member a specific class knows (the cause).
-    Members a consequence rule already names (`weak`) or consequence words are skipped."""
+    Members a consequence rule already names (`weak`) or consequence words are skipped. The terminal
+    class takes the run's last exception when a traceback shows it, or (`bare`) when it is the log's
+    only failure: an exception line alone, with nothing a rule claims."""
     excs = ev.chain or [None]
+    final = final and (ev.header or bare)
     for exc in excs:
         text = exc.text if exc else ev.line.text
         if _consequence(g, text) or (exc and ((exc.line.file or ""), exc.n) in weak):
             continue
         for c in g.classes:
-            if c.alone or (c.terminal and not (final and ev.header and exc is excs[-1])):
+            if c.alone or (c.terminal and not (final and exc is excs[-1])):
                 continue
             if c.members:
                 fm = _member_of(c, text)
@@ -619,7 +622,7 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
     for e in evs:
         if not _live(e, col, explained, weak):
             continue
-        v = classify(e, g, final=last.get(e.line.file) is e, weak=weak)
+        v = classify(e, g, final=last.get(e.line.file) is e, weak=weak, bare=not (explained or weak))
         if v is None:
             continue
         key = (v.cls.id, v.member.meaning if v.member else "")

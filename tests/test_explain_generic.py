@@ -830,3 +830,13 @@ def test_a_batch_without_the_key_the_step_reads_is_data(tmp_path):
 ])
 def test_cann_codes_in_the_error_managers_other_forms(text):
     assert layer_verdict(text) == ("generic-cann-error-code", "other")
+
+
+def test_a_bare_exception_line_that_ends_the_run_is_its_failure():
+    # an exception line without its traceback (a launcher's stderr, a pasted excerpt): before, "nothing matched"
+    found = explain_text("step:1 - loss:0.5\nRuntimeError: the server went away\n", matcher=layer_alone())
+    assert [(f.rule, f.category) for f in found] == [("generic-python-exception", "other")]
+    # not when training went on after it, and not over a rule's finding in the same log
+    assert explain_text("RuntimeError: the server went away\nstep:2 - loss:0.4\n", matcher=layer_alone()) == []
+    hccl = body("hccl-notify-wait-timeout--3.log")          # a bare RuntimeError above a rule's lines
+    assert explain_text(hccl)[0].rule == "hccl-notify-wait-timeout"
