@@ -86,7 +86,7 @@ WARNING_LINE = re2.compile(r"^\s*(?:\[?\w+\s?\d*\]?\s)?(?:WARNING|WARN|INFO|DEBU
                            r"^\S+:\d+: \w*Warning: |\b(?:User|Future|Deprecation|Runtime|Resource)Warning\b|"
                            r"\bNCCL (?:INFO|WARN)\b|^.{0,80}?\[(?:INFO|WARNING|WARN|DEBUG|EVENT|TRACE)\]")
 # The exception type of a raw line, found cheaply (no decoding, no prefix stripping)
-KEY_RX = re2.compile(rb"(?:^|[\s)\]:])((?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|Exception|gaierror|herror))"
+KEY_RX = re2.compile(rb"(?:^|[\s)\]:])((?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|Exception|StopIteration|gaierror|herror))"
                      rb"(?:\([\w.]*\))?(?::|\s*$)")
 MSG_PATH = re2.compile(r"""['"(](?P<path>(?:/|\.\.?/)[^'")\s]+)""")
 # The module an import failed in: "No module named 'a.b'" (Python/import.c), "cannot import name 'x' from
@@ -137,13 +137,14 @@ class GClass:
     terminal: bool = False
     alone: bool = False                   # only when the log shows nothing but consequences
     after: bool = False                   # ranks after the other classes' findings (an exit status)
+    cut: bool = False                     # only a plain line the log ends on: what it opened was cut off
     pattern: str | None = None            # a family: the code's pattern, with a `code` group
     members: tuple[Member, ...] = ()
     also: tuple[Alt, ...] = ()            # other (exceptions, words, raised_in, not_in) that match
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("id", "category", "title", "cause", "fix", "confidence",
-                                             "words", "raised_in", "not_in", "terminal", "after", "pattern")}
+                                             "words", "raised_in", "not_in", "terminal", "after", "cut", "pattern")}
         out.update(exceptions=list(self.exceptions), lines=list(self.lines),
                    references=list(self.references), layer="generic",
                    members=[vars(m) for m in self.members],
@@ -166,7 +167,7 @@ class Generic:
 
 
 _CLASS_KEYS = {"id", "category", "title", "cause", "fix", "confidence", "references", "exceptions",
-               "lines", "words", "raised_in", "not_in", "terminal", "alone", "after", "also"}
+               "lines", "words", "raised_in", "not_in", "terminal", "alone", "after", "cut", "also"}
 _ALT_KEYS = {"exceptions", "words", "raised_in", "not_in"}
 _FAMILY_KEYS = {"id", "title", "cause", "fix", "confidence", "references", "lines", "pattern", "members"}
 
@@ -207,7 +208,7 @@ def _make_class(t: dict, family: bool) -> GClass:
                   references=tuple(t["references"]), exceptions=tuple(t.get("exceptions", ())),
                   lines=lines, words=t.get("words"), raised_in=t.get("raised_in"),
                   not_in=t.get("not_in"), terminal=bool(t.get("terminal", False)),
-                  alone=bool(t.get("alone", False)), after=bool(t.get("after", False)),
+                  alone=bool(t.get("alone", False)), after=bool(t.get("after", False)), cut=bool(t.get("cut", False)),
                   pattern=t.get("pattern"), members=members, also=also)
 
 
@@ -556,11 +557,13 @@ class Verdict:
         return self.member.category if self.member else self.cls.category
 
 
-def classify(ev: Event, g: Generic, final: bool, weak: frozenset = frozenset(), bare: bool = False) -> Verdict | None:
+def classify(ev: Event, g: Generic, final: bool, weak: frozenset = frozenset(), bare: bool = False,
+             ends: bool = False) -> Verdict | None:
     """The class of an event: for a chain, its earliest member a specific class knows (the cause).
     Members a consequence rule already names (`weak`) or consequence words are skipped. The terminal
     class takes the run's last exception when a traceback shows it, or (`bare`) when it is the log's
-    only failure: an exception line alone, with nothing a rule claims."""
+    only failure: an exception line alone, with nothing a rule claims. A `cut` class takes only a
+    plain line that `ends` its log's events (a traceback header with no exception line after it)."""
     excs = ev.chain or [None]
     final = final and (ev.header or bare)
     for exc in excs:
@@ -568,7 +571,7 @@ def classify(ev: Event, g: Generic, final: bool, weak: frozenset = frozenset(), 
         if _consequence(g, text) or (exc and ((exc.line.file or ""), exc.n) in weak):
             continue
         for c in g.classes:
-            if c.alone or (c.terminal and not (final and exc is excs[-1])):
+            if c.alone or (c.terminal and not (final and exc is excs[-1])) or (c.cut and (exc or not ends)):
                 continue
             if c.members:
                 fm = _member_of(c, text)
@@ -618,11 +621,14 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
     for e in evs:
         if e.chain and not e.handled:
             last[e.line.file] = e            # each file's last exception: its terminal failure
-    verdicts, seen = [], {}
+    verdicts, seen, end = [], {}, {}
+    for e in evs:
+        end[e.line.file] = max(end.get(e.line.file, 0), e.line.n)   # each file's last event
     for e in evs:
         if not _live(e, col, explained, weak):
             continue
-        v = classify(e, g, final=last.get(e.line.file) is e, weak=weak, bare=not (explained or weak))
+        v = classify(e, g, final=last.get(e.line.file) is e, weak=weak, bare=not (explained or weak),
+                     ends=end[e.line.file] == e.line.n)
         if v is None:
             continue
         key = (v.cls.id, v.member.meaning if v.member else "")

@@ -840,3 +840,25 @@ def test_a_bare_exception_line_that_ends_the_run_is_its_failure():
     assert explain_text("RuntimeError: the server went away\nstep:2 - loss:0.4\n", matcher=layer_alone()) == []
     hccl = body("hccl-notify-wait-timeout--3.log")          # a bare RuntimeError above a rule's lines
     assert explain_text(hccl)[0].rule == "hccl-notify-wait-timeout"
+
+
+def test_a_log_that_ends_inside_a_traceback_says_so(tmp_path):
+    out = python_output("def get_head():\n    return next(n for n in [] if n)\nget_head()\n", tmp_path)
+    assert out.rstrip().endswith("StopIteration")
+    cut = out[:out.rindex("StopIteration")]                     # the paste stopped before the exception line
+    found = explain_text(cut, matcher=layer_alone())
+    assert [(f.rule, f.category) for f in found] == [("generic-traceback-cut", "other")]
+    assert "Traceback (most recent call last)" in found[0].lines[0].text
+    assert explain_text(cut)[0].rule == "generic-traceback-cut"   # with the rules too: no "nothing matched"
+    # the whole traceback is the exception's, and a traceback followed by its exception line is not cut
+    assert layer_verdict(out) == ("generic-python-exception", "other")
+    assert layer_verdict(cut + "  File \"x.py\", line 1, in f\nKeyError: 'prompt'\n")[0] != "generic-traceback-cut"
+    # Ray's header of a remote traceback, cut the same way
+    ray = "ray.exceptions.RayTaskError: ray::WorkerDict.generate() (pid=7, ip=10.0.0.2, actor_id=ab)\n" + \
+        cut[cut.index("  File "):]
+    assert layer_verdict(with_ray_prefix(ray, "TaskRunner pid=3")) != ("generic-traceback-cut", "other")
+    ray_only = "(TaskRunner pid=3) Unhandled error: ray::WorkerDict.generate() (pid=7, ip=10.0.0.2)\n" + \
+        with_ray_prefix(cut[cut.index("  File "):], "TaskRunner pid=3")
+    assert layer_verdict(ray_only) == ("generic-traceback-cut", "other")
+    page = run_doctor("rules", "generic-traceback-cut")
+    assert page.returncode == 0 and "when the log ends on it" in page.stdout

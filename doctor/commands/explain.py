@@ -212,7 +212,8 @@ def _generic_page(c, as_json: bool) -> int:
             if value:
                 click.echo(f"{label}:\n\n    {value}\n")
     if c.lines:
-        click.echo("  A line matching:\n")
+        click.echo("  A line matching" + (" (when the log ends on it: nothing error-like comes after)" if c.cut else "")
+                   + ":\n")
         for p in c.lines:
             click.echo(f"    {p}")
     if c.members:
