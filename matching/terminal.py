@@ -50,13 +50,19 @@ NEAR_RULE = 5              # a flagged line this close to a rule's line is part 
 # marker "E" and the indent ("E   ", deeper under indented source), and its short summary
 # (src/_pytest/terminal.py, _get_line_with_reprcrash_message) "FAILED|ERROR <node id> - <exception line>".
 _LEVEL = r"(?:(?P<lvl>ERROR|CRITICAL)\s[^\]]{0,80}\]\s*)?"
-_PREFIX = (r"^(?:\[(?:rank|default)\d+\]:\s*){0,2}(?:#\d+ \d+\.\d+ )?(?:E\s+|(?:FAILED|ERROR) \S+ - )?"
-           r"[ \t]*(?:\| )?")
-# A bare `raise Exception(...)` prints the type alone ("Exception: Version mismatch: ...").
+# torchelastic's error record (torch/distributed/elastic/multiprocessing/errors/error_handler.py: {"message":
+# f"{type(e).__name__}: {e}", ...}) as it is logged, indented JSON: '  "message": "RendezvousConnectionError: ...'.
+# torch's own log lines (torch/_logging/_internal.py TorchLogsFormatter, glog's layout) begin
+# "E1201 11:45:54.718000 26561 path/file.py:11] " (level letter, MMDD, time, pid, where).
+_PREFIX = (r"^(?:\[(?:rank|default)\d+\]:\s*){0,2}(?:#\d+ \d+\.\d+ )?(?:[EFC]\d{4} [\d:.]+ \d+ [^\]\s]*:\d+\] ?)?"
+           r"(?:E\s+|(?:FAILED|ERROR) \S+ - |\s*\"message\": \")?[ \t]*(?:\| )?")
+# A bare `raise Exception(...)` prints the type alone ("Exception: Version mismatch: ..."); a type of a module
+# named for its errors may end otherwise (omegaconf.errors.MissingMandatoryValue, aiohttp.web_exceptions.HTTPNotFound).
+_ERRORS_MODULE = r"(?:[A-Za-z_]\w*\.){0,5}[A-Za-z_]*(?:exceptions?|errors?)\.[A-Z]\w*"
 EXC_LINE = re2.compile(
     _PREFIX + _LEVEL +
     r"(?P<type>(?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|Exception|"
-    r"StopIteration|gaierror|herror))(?:\((?P<inner>[\w.]*)\))?(?::\s?(?P<msg>.*))?$")
+    r"StopIteration|gaierror|herror)|" + _ERRORS_MODULE + r")(?:\((?P<inner>[\w.]*)\))?(?::\s?(?P<msg>.*))?$")
 # Prefilter forms: which lines are worth a look (exception lines; the rest come from the classes).
 # matching/explain.py's fallback lines flag "SomeError: message"; these add the exceptions Python
 # prints without a message (a bare `assert`), other endings, private types, Ray's wrapped ones.
@@ -64,7 +70,7 @@ EXCEPTION_PATTERNS = (r"^\s*(?:[\w.]+\.)?(?:AssertionError|KeyboardInterrupt|Mem
                       r"NotImplementedError|RecursionError|SystemExit)\s*$",
                       r"\b[A-Z]\w*(?:Exit|Interrupt|Failure|Timeout)(?:\([\w.]*\))?: |\._[A-Z]\w*Error: |"
                       r"\b[A-Z]\w*(?:Error|Exception)\([\w.]*\): |\bsocket\.(?:gaierror|herror): ",
-                      r"(?:^|[\s:\]])Exception: ")
+                      r"(?:^|[\s:\]])Exception: |\b[a-z_]*(?:exceptions?|errors?)\.[A-Z]\w*: ")
 # Python's header, and Ray's: RayTaskError.__str__ (ray/exceptions.py) prints the remote traceback with
 # its "Traceback ..." line replaced by "ray::<proctitle>() (pid=N, ip=...)", often on the wrapper's line
 # ("ray.exceptions.RayTaskError(KeyError): ray::WorkerDict.f() (pid=...)").
@@ -86,7 +92,8 @@ WARNING_LINE = re2.compile(r"^\s*(?:\[?\w+\s?\d*\]?\s)?(?:WARNING|WARN|INFO|DEBU
                            r"^\S+:\d+: \w*Warning: |\b(?:User|Future|Deprecation|Runtime|Resource)Warning\b|"
                            r"\bNCCL (?:INFO|WARN)\b|^.{0,80}?\[(?:INFO|WARNING|WARN|DEBUG|EVENT|TRACE)\]")
 # The exception type of a raw line, found cheaply (no decoding, no prefix stripping)
-KEY_RX = re2.compile(rb"(?:^|[\s)\]:])((?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|Exception|StopIteration|gaierror|herror))"
+KEY_RX = re2.compile(rb"(?:^|[\s)\]:\"])((?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|Exception|StopIteration|gaierror|herror)|"
+                     rb"(?:[A-Za-z_]\w*\.){0,5}[A-Za-z_]*(?:exceptions?|errors?)\.[A-Z]\w*)"
                      rb"(?:\([\w.]*\))?(?::|\s*$)")
 MSG_PATH = re2.compile(r"""['"(](?P<path>(?:/|\.\.?/)[^'")\s]+)""")
 # The module an import failed in: "No module named 'a.b'" (Python/import.c), "cannot import name 'x' from

@@ -862,3 +862,36 @@ def test_a_log_that_ends_inside_a_traceback_says_so(tmp_path):
     assert layer_verdict(ray_only) == ("generic-traceback-cut", "other")
     page = run_doctor("rules", "generic-traceback-cut")
     assert page.returncode == 0 and "when the log ends on it" in page.stdout
+
+
+def test_a_type_of_an_errors_module_is_read_whatever_its_ending(tmp_path):
+    # omegaconf.errors.MissingMandatoryValue ends in neither Error nor Exception: before, no event at all
+    out = python_output("from omegaconf import OmegaConf\n"
+                        "OmegaConf.create({'data': {'train_files': '???'}}).data.train_files\n", tmp_path)
+    assert "omegaconf.errors.MissingMandatoryValue: Missing mandatory value: data.train_files" in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-config-error", "config")
+
+
+def test_torchelastic_error_record_names_the_exception(tmp_path):
+    # the record torchelastic's ErrorHandler writes for a real RendezvousConnectionError, logged as indented JSON
+    # (torch 1.x's error_handler logged it so when no error file was set; pytorch/pytorch#67547 in the tuning part)
+    out = python_output(
+        "import json, os, logging\n"
+        "os.environ['TORCHELASTIC_ERROR_FILE'] = os.path.abspath('error.json')\n"
+        "from torch.distributed.elastic.multiprocessing.errors.error_handler import ErrorHandler\n"
+        "from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError\n"
+        "try:\n    raise RendezvousConnectionError('The connection to the C10d store has failed. See inner exception.')\n"
+        "except RendezvousConnectionError as exc:\n    ErrorHandler().record_exception(exc)\n"
+        "logging.basicConfig()\n"
+        "logging.getLogger('torch.distributed.elastic.multiprocessing.errors.error_handler').error(\n"
+        "    json.dumps(json.load(open('error.json')), indent=2))\n", tmp_path)
+    assert '"message": "RendezvousConnectionError: The connection to the C10d store has failed.' in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-connection", "network")
+
+
+def test_a_model_path_transformers_cannot_find_is_workdir():
+    # transformers' utils/hub.py cached_file (its format string, as printed for a relative model path)
+    text = ("OSError: models/Qwen2.5-7B-Instruct is not a local folder and is not a valid model identifier listed on "
+            "'https://huggingface.co/models'\nIf this is a private repository, make sure to pass a token having "
+            "permission to this repo either by logging in with `hf auth login` or by passing `token=<your_token>`\n")
+    assert layer_verdict(text) == ("generic-path-not-found", "workdir")
