@@ -57,8 +57,9 @@ _LEVEL = r"(?:(?P<lvl>ERROR|CRITICAL)\s[^\]]{0,80}\]\s*)?"
 _PREFIX = (r"^(?:\[(?:rank|default)\d+\]:\s*){0,2}(?:#\d+ \d+\.\d+ )?(?:[EFC]\d{4} [\d:.]+ \d+ [^\]\s]*:\d+\] ?)?"
            r"(?:E\s+|(?:FAILED|ERROR) \S+ - |\s*\"message\": \")?[ \t]*(?:\| )?")
 # A bare `raise Exception(...)` prints the type alone ("Exception: Version mismatch: ..."); a type of a module
-# named for its errors may end otherwise (omegaconf.errors.MissingMandatoryValue, aiohttp.web_exceptions.HTTPNotFound).
-_ERRORS_MODULE = r"(?:[A-Za-z_]\w*\.){0,5}[A-Za-z_]*(?:exceptions?|errors?)\.[A-Z]\w*"
+# named for its errors may end otherwise (omegaconf.errors.MissingMandatoryValue, aiohttp.web_exceptions.HTTPNotFound,
+# torch._dynamo.exc.Unsupported), and pyarrow's all begin with Arrow (pyarrow/error.pxi: ArrowInvalid, ArrowCapacityError).
+_ERRORS_MODULE = r"(?:[A-Za-z_]\w*\.){0,5}(?:[A-Za-z_]*(?:exceptions?|errors?|exc)\.[A-Z]\w*|Arrow[A-Z]\w*)"
 EXC_LINE = re2.compile(
     _PREFIX + _LEVEL +
     r"(?P<type>(?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|Exception|"
@@ -70,7 +71,7 @@ EXCEPTION_PATTERNS = (r"^\s*(?:[\w.]+\.)?(?:AssertionError|KeyboardInterrupt|Mem
                       r"NotImplementedError|RecursionError|SystemExit)\s*$",
                       r"\b[A-Z]\w*(?:Exit|Interrupt|Failure|Timeout)(?:\([\w.]*\))?: |\._[A-Z]\w*Error: |"
                       r"\b[A-Z]\w*(?:Error|Exception)\([\w.]*\): |\bsocket\.(?:gaierror|herror): ",
-                      r"(?:^|[\s:\]])Exception: |\b[a-z_]*(?:exceptions?|errors?)\.[A-Z]\w*: ")
+                      r"(?:^|[\s:\]])Exception: |\b[a-z_]*(?:exceptions?|errors?|exc)\.[A-Z]\w*: |\bArrow[A-Z]\w*: ")
 # Python's header, and Ray's: RayTaskError.__str__ (ray/exceptions.py) prints the remote traceback with
 # its "Traceback ..." line replaced by "ray::<proctitle>() (pid=N, ip=...)", often on the wrapper's line
 # ("ray.exceptions.RayTaskError(KeyError): ray::WorkerDict.f() (pid=...)").
@@ -93,7 +94,7 @@ WARNING_LINE = re2.compile(r"^\s*(?:\[?\w+\s?\d*\]?\s)?(?:WARNING|WARN|INFO|DEBU
                            r"\bNCCL (?:INFO|WARN)\b|^.{0,80}?\[(?:INFO|WARNING|WARN|DEBUG|EVENT|TRACE)\]")
 # The exception type of a raw line, found cheaply (no decoding, no prefix stripping)
 KEY_RX = re2.compile(rb"(?:^|[\s)\]:\"])((?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|Exception|StopIteration|gaierror|herror)|"
-                     rb"(?:[A-Za-z_]\w*\.){0,5}[A-Za-z_]*(?:exceptions?|errors?)\.[A-Z]\w*)"
+                     rb"(?:[A-Za-z_]\w*\.){0,5}(?:[A-Za-z_]*(?:exceptions?|errors?|exc)\.[A-Z]\w*|Arrow[A-Z]\w*))"
                      rb"(?:\([\w.]*\))?(?::|\s*$)")
 MSG_PATH = re2.compile(r"""['"(](?P<path>(?:/|\.\.?/)[^'")\s]+)""")
 # The module an import failed in: "No module named 'a.b'" (Python/import.c), "cannot import name 'x' from

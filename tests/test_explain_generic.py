@@ -895,3 +895,57 @@ def test_a_model_path_transformers_cannot_find_is_workdir():
             "'https://huggingface.co/models'\nIf this is a private repository, make sure to pass a token having "
             "permission to this repo either by logging in with `hf auth login` or by passing `token=<your_token>`\n")
     assert layer_verdict(text) == ("generic-path-not-found", "workdir")
+
+
+def excerpt_from(out: str, marker: str) -> str:
+    """What users paste: the output from the exception line on (no frames)."""
+    return out[out.index(marker):]
+
+
+def test_pyarrows_invalid_file_is_data(tmp_path):
+    (tmp_path / "train.parquet").write_text("x")
+    out = python_output(f"import pyarrow.parquet as pq\npq.read_table('{tmp_path}/train.parquet')\n", tmp_path)
+    assert "pyarrow.lib.ArrowInvalid: " in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-data-schema", "data")          # before: no event at all
+    assert layer_verdict(excerpt_from(out, "pyarrow.lib.ArrowInvalid")) == ("generic-data-schema", "data")
+
+
+def test_hydra_and_omegaconf_errors_are_theirs_without_frames(tmp_path):
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "ppo_trainer.yaml").write_text("actor:\n  lr: 1.0e-6\n")
+    override = python_output("from hydra import initialize, compose\n"
+                             "with initialize(version_base=None, config_path='conf'):\n"
+                             "    compose('ppo_trainer', overrides=['actor.use_remove_padding=true'])\n", tmp_path)
+    assert "ConfigCompositionException" in override, override[-1500:]
+    assert layer_verdict(override) == ("generic-config-error", "config")
+    assert layer_verdict(excerpt_from(override, "hydra.errors.ConfigCompositionException")) == \
+        ("generic-config-error", "config")
+    missing = python_output("from hydra import initialize, compose\n"
+                            "with initialize(version_base=None, config_path='conf'):\n    compose('grpo_trainer')\n",
+                            tmp_path)
+    assert "hydra.errors.MissingConfigException: Cannot find primary config 'grpo_trainer'" in missing
+    assert layer_verdict(excerpt_from(missing, "hydra.errors.MissingConfigException")) == \
+        ("generic-path-not-found", "workdir")
+
+
+def test_a_reward_function_without_the_data_source_is_data(tmp_path):
+    out = python_output("from verl.utils.reward_score import default_compute_score\n"
+                        "default_compute_score('doctor/unknown', 'x', 'y')\n", tmp_path)
+    assert "NotImplementedError: Reward function is not implemented for data_source=" in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-data-schema", "data")
+    # the release that printed it unquoted, without frames (issue 12's own example)
+    assert layer_verdict("NotImplementedError: Reward function is not implemented for data_source=gsm8k_doctor\n") == \
+        ("generic-data-schema", "data")
+
+
+@pytest.mark.parametrize("text,cid,category", [
+    # transformers 4.x's lazy module (utils/import_utils.py _LazyModule._get_module), the ImportError on the next line
+    ("RuntimeError: Failed to import transformers.models.qwen2.modeling_qwen2 because of the following error (look "
+     "up to see its traceback):\ncannot import name 'is_torch_greater_or_equal' from 'transformers.utils'\n",
+     "generic-missing-module", "versions"),
+    # pip's PEP 668 refusal (pip/_internal/exceptions: ExternallyManagedEnvironment)
+    ("error: externally-managed-environment\n\n× This environment is externally managed\n", "generic-pip-resolution",
+     "versions"),
+])
+def test_import_and_install_refusals_from_their_printing_source(text, cid, category):
+    assert layer_verdict(text) == (cid, category)
