@@ -949,3 +949,18 @@ def test_a_reward_function_without_the_data_source_is_data(tmp_path):
 ])
 def test_import_and_install_refusals_from_their_printing_source(text, cid, category):
     assert layer_verdict(text) == (cid, category)
+
+
+@pytest.mark.parametrize("text,cid,category", [
+    # verl/workers/config/actor.py validate: a check that names the settings it compares, without frames
+    ("ValueError: train_batch_size (16) must be >= actor.ppo_mini_batch_size (32)", "generic-config-error", "config"),
+    # verl's own version requirements (models/mcore patching, rollout routing replay, the NPU profiler)
+    ("AssertionError: Fused forward patching requires mecore >= 0.13.0", "generic-version-mismatch", "versions"),
+    ("RuntimeError: rollout.enable_rollout_routing_replay=True requires vLLM >= 0.22.0 (installed: 0.11.0). Upgrade "
+     "vLLM (e.g. `pip install -U 'vllm>=0.22.0'`) or disable enable_rollout_routing_replay.", "generic-version-mismatch",
+     "versions"),
+    ("RuntimeError: torch_npu==2.1 or higher is required to use mstx_domain_exclude", "generic-version-mismatch",
+     "versions"),
+])
+def test_settings_and_version_requirements_named_in_the_message(text, cid, category):
+    assert layer_verdict("step:0 - starting\n" + text + "\n") == (cid, category)
