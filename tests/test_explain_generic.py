@@ -965,3 +965,44 @@ def test_import_and_install_refusals_from_their_printing_source(text, cid, categ
 ])
 def test_settings_and_version_requirements_named_in_the_message(text, cid, category):
     assert layer_verdict("step:0 - starting\n" + text + "\n") == (cid, category)
+
+
+@pytest.mark.parametrize("code,category", [("7", "network"), ("11", "network"), ("1", "config"), ("3", "memory"),
+                                           ("5", "versions"), ("15", "other")])
+def test_hccl_result_codes_are_a_family(code, category):
+    # torch_npu's HCCL_CHECK_ERROR (torch_npu/csrc/distributed/HCCLUtils.hpp), HcclResult from CANN's hccl_types.h
+    text = ("RuntimeError: createHCCLComm:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:1508 HCCL function error: "
+            f"HcclGetRootInfo(&hcclID), error code is {code}\n")
+    assert layer_verdict(text) == ("generic-hccl-error", category)
+
+
+def test_a_checkpoint_torch_loads_only_as_weights_is_versions(tmp_path):
+    out = python_output("import torch\nclass Box:\n    pass\n"
+                        f"torch.save({{'b': Box()}}, '{tmp_path}/ck.pt')\ntorch.load('{tmp_path}/ck.pt')\n", tmp_path)
+    assert "UnpicklingError: Weights only load failed." in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-version-mismatch", "versions")
+
+
+def test_a_package_the_message_says_is_missing_is_versions():
+    # vLLM's attention backend selector (a ValueError, not an ImportError)
+    text = ("ValueError: Cannot use FlashAttention-2 backend because the flash_attn package is not found. Make sure "
+            "that flash_attn was built and installed (on an ampere GPU).\n")
+    assert layer_verdict("step:0 - starting\n" + text) == ("generic-missing-module", "versions")
+
+
+def test_a_full_disk_printed_by_pip_is_workdir():
+    import os
+    text = f"ERROR: Could not install packages due to an OSError: [Errno 28] {os.strerror(28)}\n"
+    assert layer_verdict(text) == ("generic-path-permission", "workdir")
+
+
+def test_a_rank_waiting_for_rank0s_nccl_id_is_a_consequence(tmp_path):
+    # ProcessGroupNCCL.cpp broadcastUniqueNCCLID: rank 1 got nothing from the store; rank 0's own error is the cause
+    waiting = ("torch.distributed.DistBackendError: [1] is setting up NCCL communicator and retrieving ncclUniqueId "
+               "from [0] via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout\n")
+    assert layer_verdict(waiting) == ("generic-peer-failure", "cluster")
+    a, b = tmp_path / "rank1.log", tmp_path / "rank0.log"
+    a.write_text(waiting)
+    b.write_text(body("generic-data-file-not-found.log"))
+    from matching.explain import explain_report
+    assert explain_report([str(a), str(b)], matcher=layer_alone()).findings[0].rule == "generic-data-file-not-found"
