@@ -100,6 +100,8 @@ MSG_PATH = re2.compile(r"""['"(](?P<path>(?:/|\.\.?/)[^'")\s]+)""")
 # The module an import failed in: "No module named 'a.b'" (Python/import.c), "cannot import name 'x' from
 # 'a.b' (path)" (Python/ceval.c, import_from); its top-level package is group 1.
 IMPORTED = re2.compile(r"^No module named '([\w]+)[\w.]*'|^cannot import name '\w+' from (?:partially initialized module )?'(\w+)")
+# A module without the attribute code asked for (CPython's "module 'a.b' has no attribute 'x'", Objects/moduleobject.c).
+LACKING = re2.compile(r"^module '(\w+)[\w.]*' has no attribute ")
 # An install location, a frozen module, or a path elided in the paste (".../pkg/mod.py"): no tree shown.
 INSTALLED = re2.compile(r"(?:site|dist)-packages|/lib/python\d|^<|^\.\.\.")
 
@@ -502,9 +504,10 @@ def _handled(lines: _Lines, header: tuple | None, last_lvl, process) -> bool:
 
 def _where(exc: Exc) -> list[str]:
     """Where it was raised: the innermost frames as "path:function", "msg:<path>" for a path the
-    message names, and "tree:<path>" for an import that failed inside the very package it names,
+    message names, "tree:<path>" for an import that failed inside the very package it names,
     imported from outside any install location (a source tree: an unbuilt checkout, a shadowing
-    directory)."""
+    directory), and "same:<path>" for a module attribute missing where that module's own package
+    asks for it."""
     paths = [f"{p}:{f}" for _, p, f in exc.frames[-3:]]
     mp = MSG_PATH.search(exc.msg)
     if mp:
@@ -516,6 +519,10 @@ def _where(exc: Exc) -> list[str]:
                      if not INSTALLED.search(p) and top in "/" + p.replace("\\", "/").lstrip("./")), None)
         if tree:
             paths.append("tree:" + tree)
+    lack = LACKING.search(exc.msg) if exc.type.endswith("AttributeError") else None
+    caller = next((p for _, p, f in reversed(exc.frames) if f != "__getattr__"), None)
+    if lack and caller and "/" + lack.group(1) + "/" in "/" + caller.replace("\\", "/").lstrip("./"):
+        paths.append("same:" + caller)   # the package's own code calls what the package lacks: not two versions
     return paths
 
 
