@@ -56,7 +56,11 @@ def kind_of(head: dict) -> str:
 
 
 def slug(thread: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "_", thread).strip("_").lower()[:120]
+    base = re.sub(r"[^A-Za-z0-9]+", "_", thread).strip("_").lower()[:120]
+    if thread.isascii():
+        return base
+    # Two documentation sections whose names differ only in CJK words would share a slug.
+    return f"{base}_{hashlib.sha256(thread.encode()).hexdigest()[:8]}"
 
 
 def recorded() -> dict[str, dict]:
@@ -106,6 +110,10 @@ def add(dirs: list[str]) -> int:
             kind, part = kind_of(head), part_of(thread)
             name = f"{slug(thread)}.log"
             dest = CORPUS / kind / part / name
+            if dest.exists():  # another thread's log under the same name: never overwrite it
+                print(f"skip {path}: {dest.name} already holds another thread", file=sys.stderr)
+                skipped += 1
+                continue
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text("\n".join([f"# {k}: {v}" for k, v in head.items()] + body) + "\n")
             rows[thread] = {"thread": thread, "kind": kind, "part": part, "file": f"{kind}/{part}/{name}",

@@ -34,7 +34,10 @@ GROUP_ADV = ("grpo", "grpo_passk", "grpo_vectorized", "rloo", "rloo_vectorized",
 
 
 @dataclass
-class Problem:
+class ConfigProblem:
+    """One row of knowledge/config_problems.toml met by a config; `_finding` turns it into a
+    Finding (a check's own verdict is checks.model.Problem)."""
+
     id: str
     message: str  # verl's own wording where verl has one
     fix: str = ""
@@ -191,11 +194,11 @@ class Row:
     severity: str = "fail"
     verl_message: str | None = None  # verl's exact text where it differs from message ("" for a bare assert)
 
-    def problem(self, fields: dict) -> Problem:
+    def problem(self, fields: dict) -> ConfigProblem:
         variant = fields.get("variant")
         message = _variant(self.message, variant).format(**fields)
         fix = _variant(self.fix, variant).format(**fields)
-        return Problem(self.id, message, fix, self.severity, list(self.keys), self.when == "startup",
+        return ConfigProblem(self.id, message, fix, self.severity, list(self.keys), self.when == "startup",
                        self.verl_message)
 
 
@@ -394,7 +397,7 @@ STARTUP_PREDICATES = (validate_config_batch, fsdp_engine_config, fsdp_optimizer_
                       vllm_lora_rank)
 
 
-def startup_problems(cfg: dict) -> list[Problem]:
+def startup_problems(cfg: dict) -> list[ConfigProblem]:
     """What verl's validate_config rejects, with its messages. verl stops at the first; this lists
     them all, in the order verl would meet them."""
     view = View(cfg)
@@ -473,9 +476,9 @@ def checkpoint_resume(v: View, facts: dict):
         yield "config.resume_nothing", {}
 
 
-def ray_cpus(cfg: dict, cpus: int | None, cpus_from: str = "") -> list[Problem]:
+def ray_cpus(cfg: dict, cpus: int | None, cpus_from: str = "") -> list[ConfigProblem]:
     """TransferQueue's storage actors against the Ray CPUs: a hang with no error, worded here."""
-    out: list[Problem] = []
+    out: list[ConfigProblem] = []
     if cpus is not None and get(cfg, "trainer.use_v1", True):
         units = get(cfg, "transfer_queue.backend.SimpleStorage.num_data_storage_units", 0) or 0
         # verl 0.9.1 main_ppo.py (TaskRunner num_cpus=1) and transfer_queue: with 2 Ray CPUs the TaskRunner and ONE storage unit start and
@@ -484,7 +487,7 @@ def ray_cpus(cfg: dict, cpus: int | None, cpus_from: str = "") -> list[Problem]:
         have = get(cfg, "ray_kwargs.ray_init.num_cpus") or cpus
         where = "ray_kwargs.ray_init.num_cpus" if get(cfg, "ray_kwargs.ray_init.num_cpus") else cpus_from
         if units and have < need:
-            out.append(Problem("config.ray_cpus",
+            out.append(ConfigProblem("config.ray_cpus",
                                f"Ray has {have} CPUs{f' ({where})' if where else ''} but TransferQueue starts {units} storage actors (1 CPU each) "
                                f"beside the TaskRunner: tq.init waits for them forever, with no error",
                                f"ray_kwargs.ray_init.num_cpus={need} (or "
@@ -500,7 +503,7 @@ def flash_attention(v: View, facts: dict):
         yield "config.flash_attn", {}
 
 
-def _ray_cpus(v: View, facts: dict) -> list[Problem]:
+def _ray_cpus(v: View, facts: dict) -> list[ConfigProblem]:
     return ray_cpus(v.cfg, facts.get("cpus"), facts.get("cpus_from", ""))
 
 
@@ -510,14 +513,14 @@ LATE_PREDICATES = (rollout_parallel, actor_update_batches, grpo_group, rollout_n
 
 def late_problems(cfg: dict, devices_per_node: int | None = None, cpus: int | None = None,
                   flash_attn: bool | None = None, npu: bool = False,
-                  devices_limit: tuple[str, str] | None = None, cpus_from: str = "") -> list[Problem]:
+                  devices_limit: tuple[str, str] | None = None, cpus_from: str = "") -> list[ConfigProblem]:
     facts = {"devices_per_node": devices_per_node, "cpus": cpus, "flash_attn": flash_attn, "npu": npu,
              "devices_limit": devices_limit, "cpus_from": cpus_from}
-    out: list[Problem] = []
+    out: list[ConfigProblem] = []
     view = View(cfg)
     for pred in LATE_PREDICATES:
         for found in pred(view, facts):
-            out.append(found if isinstance(found, Problem) else PROBLEMS[found[0]].problem(found[1]))
+            out.append(found if isinstance(found, ConfigProblem) else PROBLEMS[found[0]].problem(found[1]))
     return out
 
 
@@ -627,7 +630,7 @@ def check_validate(ctx):
     return out
 
 
-def _finding(p: Problem, sess) -> Finding:
+def _finding(p: ConfigProblem, sess) -> Finding:
     when = "verl rejects this at start-up" if p.verl_checks_at_startup else "verl finds this only after launch"
     return Finding(p.id, "config", p.severity, PROBLEMS[p.id].title,
                    f"{p.message}\n({when}; config from {sess.composed.source})", p.fix, {"settings": p.keys})
