@@ -1021,3 +1021,25 @@ def test_a_package_asking_its_own_module_for_what_it_lacks_is_not_a_version_mism
                           "import train\ntrain.run()", pythonpath=f"{tmp_path / 'lib'}:{tmp_path / 'job'}")
     assert "AttributeError: module 'np_doc' has no attribute 'product'" in other, other
     assert layer_verdict(other) == ("generic-api-mismatch", "versions")
+
+
+def test_a_bus_error_is_shared_memory_run_out(tmp_path):
+    # a real SIGBUS: Python's faulthandler, and the shell reporting its child (before: a native crash, "other")
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGBUS)"
+    fh = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True, timeout=60).stdout
+    assert "Fatal Python error: Bus error" in fh, fh
+    assert layer_verdict(fh) == ("generic-out-of-memory", "memory")
+    sh = subprocess.run(["bash", "-c", f"{sys.executable} -c '{code}'\necho next"], stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True, timeout=60).stdout
+    assert " Bus error " in sh, sh
+    assert layer_verdict(sh) == ("generic-out-of-memory", "memory")
+    # a segmentation fault stays a native crash
+    assert layer_verdict(fh.replace("Bus error", "Segmentation fault")) == ("generic-native-crash", "other")
+
+
+def test_hccls_own_error_log_line_is_network():
+    # HCCL's documented fault (hicann/hccl docs/zh/user_guide/fault_diagnosis/cluster_info_nego.md, tuning part)
+    text = ("[ERROR] HCCL(1041081,all_reduce_test):2025-11-21-01:20:01.624.966 [topoinfo_exchange_server.cc:314] "
+            "[1041362][InitGroupStage][RanktableDetect]topo exchange server get socket timeout! timeout[120 s]\n")
+    assert layer_verdict(text) == ("generic-hccl-error", "network")
