@@ -1043,3 +1043,14 @@ def test_hccls_own_error_log_line_is_network():
     text = ("[ERROR] HCCL(1041081,all_reduce_test):2025-11-21-01:20:01.624.966 [topoinfo_exchange_server.cc:314] "
             "[1041362][InitGroupStage][RanktableDetect]topo exchange server get socket timeout! timeout[120 s]\n")
     assert layer_verdict(text) == ("generic-hccl-error", "network")
+
+
+def test_a_module_the_worker_cannot_unpickle_is_cluster():
+    # ray-project/ray#1161 (tuning part): the actor class's module existed on the head machine only
+    text = ("Traceback (most recent call last):\n"
+            '  File "/home/ubuntu/anaconda3/envs/py35/lib/python3.5/site-packages/ray/actor.py", line 114, in '
+            "fetch_and_register_actor\n    unpickled_class = pickle.loads(pickled_class)\n"
+            "ImportError: No module named 'ppo_driver2'\n")
+    assert layer_verdict(text) == ("generic-ray-cluster", "cluster")
+    # the same import elsewhere in Ray's code is still a package missing
+    assert layer_verdict(text.replace("ray/actor.py", "ray/util/collective.py")) == ("generic-missing-module", "versions")
