@@ -48,28 +48,46 @@ NEAR_RULE = 5              # a flagged line this close to a rule's line is part 
 # (twice when a rank's tee'd output is logged again); docker build's plain progress with "#N SECONDS ".
 # Indented: pip and uv print a failed build's own output indented under their report; Python prints
 # an ExceptionGroup's members behind "  | " (traceback.TracebackException.format).
+# pytest (src/_pytest/_code/code.py, FormattedExcinfo.get_exconly) prints the exception behind its fail
+# marker "E" and the indent ("E   ", deeper under indented source), and its short summary
+# (src/_pytest/terminal.py, _get_line_with_reprcrash_message) "FAILED|ERROR <node id> - <exception line>".
 _LEVEL = r"(?:(?P<lvl>ERROR|CRITICAL)\s[^\]]{0,80}\]\s*)?"
-_PREFIX = r"^(?:\[(?:rank|default)\d+\]:\s*){0,2}(?:#\d+ \d+\.\d+ )?[ \t]*(?:\| )?"
+# torchelastic's error record (torch/distributed/elastic/multiprocessing/errors/error_handler.py: {"message":
+# f"{type(e).__name__}: {e}", ...}) as it is logged, indented JSON: '  "message": "RendezvousConnectionError: ...'.
+# torch's own log lines (torch/_logging/_internal.py TorchLogsFormatter, glog's layout) begin
+# "E1201 11:45:54.718000 26561 path/file.py:11] " (level letter, MMDD, time, pid, where).
+_PREFIX = (r"^(?:\[(?:rank|default)\d+\]:\s*){0,2}(?:#\d+ \d+\.\d+ )?(?:[EFC]\d{4} [\d:.]+ \d+ [^\]\s]*:\d+\] ?)?"
+           r"(?:E\s+|(?:FAILED|ERROR) \S+ - |\s*\"message\": \")?[ \t]*(?:\| )?")
+# A bare `raise Exception(...)` prints the type alone ("Exception: Version mismatch: ..."); a type of a module
+# named for its errors may end otherwise (omegaconf.errors.MissingMandatoryValue, aiohttp.web_exceptions.HTTPNotFound,
+# torch._dynamo.exc.Unsupported), and pyarrow's all begin with Arrow (pyarrow/error.pxi: ArrowInvalid, ArrowCapacityError).
+_ERRORS_MODULE = r"(?:[A-Za-z_]\w*\.){0,5}(?:[A-Za-z_]*(?:exceptions?|errors?|exc)\.[A-Z]\w*|Arrow[A-Z]\w*)"
 EXC_LINE = re2.compile(
     _PREFIX + _LEVEL +
-    r"(?P<type>(?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|StopIteration|"
-    r"gaierror|herror))(?:\((?P<inner>[\w.]*)\))?(?::\s?(?P<msg>.*))?$")
+    r"(?P<type>(?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|Exception|"
+    r"StopIteration|gaierror|herror)|" + _ERRORS_MODULE + r")(?:\((?P<inner>[\w.]*)\))?(?::\s?(?P<msg>.*))?$")
 # Prefilter forms: which lines are worth a look (exception lines; the rest come from the classes).
 # matching/explain.py's fallback lines flag "SomeError: message"; these add the exceptions Python
 # prints without a message (a bare `assert`), other endings, private types, Ray's wrapped ones.
 EXCEPTION_PATTERNS = (r"^\s*(?:[\w.]+\.)?(?:AssertionError|KeyboardInterrupt|MemoryError|StopIteration|"
                       r"NotImplementedError|RecursionError|SystemExit)\s*$",
                       r"\b[A-Z]\w*(?:Exit|Interrupt|Failure|Timeout)(?:\([\w.]*\))?: |\._[A-Z]\w*Error: |"
-                      r"\b[A-Z]\w*(?:Error|Exception)\([\w.]*\): |\bsocket\.(?:gaierror|herror): ")
+                      r"\b[A-Z]\w*(?:Error|Exception)\([\w.]*\): |\bsocket\.(?:gaierror|herror): ",
+                      r"(?:^|[\s:\]])Exception: |\b[a-z_]*(?:exceptions?|errors?|exc)\.[A-Z]\w*: |\bArrow[A-Z]\w*: ")
 # Python's header, and Ray's: RayTaskError.__str__ (ray/exceptions.py) prints the remote traceback with
 # its "Traceback ..." line replaced by "ray::<proctitle>() (pid=N, ip=...)", often on the wrapper's line
 # ("ray.exceptions.RayTaskError(KeyError): ray::WorkerDict.f() (pid=...)").
-HEADER = re2.compile(r"Traceback \(most recent call last\):|\bray::[\w.<>]+\(\)(?: \(pid=\d+|\s*$)")
+# pytest heads each failed test's report with "____ test_name ____" (src/_pytest/terminal.py, summary_failures:
+# write_sep("_", ...)): the frames above it belong to another test.
+HEADER = re2.compile(r"Traceback \(most recent call last\):|\bray::[\w.<>]+\(\)(?: \(pid=\d+|\s*$)|^_{3,} \S.* _{3,}$")
 PY_HEADER = "Traceback (most recent call last)"
 # sys.unraisablehook's default output: an exception in __del__ or a callback, printed and ignored
 IGNORED = re2.compile(r"^Exception ignored (?:in|on|while)\b")
 # Searched, not anchored: torchrun's "[rank0]: " and vLLM's "ERROR <date> [file:line] " may precede.
-FRAME = re2.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)')
+# And pytest's frame line (src/_pytest/_code/code.py, ReprFileLocation): "path:N: in func" (--tb=short);
+# --tb=long (the default) prints "path:N: " under each entry's source, the last one's with the type.
+FRAME = re2.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)|'
+                    r'^(?P<tpath>[^\s:"]+\.py):\d+: ?(?:in (?P<tfunc>\S+)|[A-Z]\w*)?$')
 CHAIN = re2.compile(r"(?:During handling of the above exception, another exception occurred|"
                     r"The above exception was the direct cause of the following exception):")
 LOGGED = re2.compile(r"\b(?:ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL)\b")
@@ -77,9 +95,17 @@ WARNING_LINE = re2.compile(r"^\s*(?:\[?\w+\s?\d*\]?\s)?(?:WARNING|WARN|INFO|DEBU
                            r"^\S+:\d+: \w*Warning: |\b(?:User|Future|Deprecation|Runtime|Resource)Warning\b|"
                            r"\bNCCL (?:INFO|WARN)\b|^.{0,80}?\[(?:INFO|WARNING|WARN|DEBUG|EVENT|TRACE)\]")
 # The exception type of a raw line, found cheaply (no decoding, no prefix stripping)
-KEY_RX = re2.compile(rb"(?:^|[\s)\]:])((?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|gaierror|herror))"
+KEY_RX = re2.compile(rb"(?:^|[\s)\]:\"])((?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|Exception|StopIteration|gaierror|herror)|"
+                     rb"(?:[A-Za-z_]\w*\.){0,5}(?:[A-Za-z_]*(?:exceptions?|errors?|exc)\.[A-Z]\w*|Arrow[A-Z]\w*))"
                      rb"(?:\([\w.]*\))?(?::|\s*$)")
-MSG_PATH = re2.compile(r"""['"(](?P<path>/[^'")\s]+)""")
+MSG_PATH = re2.compile(r"""['"(](?P<path>(?:/|\.\.?/)[^'")\s]+)""")
+# The module an import failed in: "No module named 'a.b'" (Python/import.c), "cannot import name 'x' from
+# 'a.b' (path)" (Python/ceval.c, import_from); its top-level package is group 1.
+IMPORTED = re2.compile(r"^No module named '([\w]+)[\w.]*'|^cannot import name '\w+' from (?:partially initialized module )?'(\w+)")
+# A module without the attribute code asked for (CPython's "module 'a.b' has no attribute 'x'", Objects/moduleobject.c).
+LACKING = re2.compile(r"^module '(\w+)[\w.]*' has no attribute ")
+# An install location, a frozen module, or a path elided in the paste (".../pkg/mod.py"): no tree shown.
+INSTALLED = re2.compile(r"(?:site|dist)-packages|/lib/python\d|^<|^\.\.\.")
 
 
 class GenericError(CatalogError):
@@ -123,13 +149,14 @@ class GClass:
     terminal: bool = False
     alone: bool = False                   # only when the log shows nothing but consequences
     after: bool = False                   # ranks after the other classes' findings (an exit status)
+    cut: bool = False                     # only a plain line the log ends on: what it opened was cut off
     pattern: str | None = None            # a family: the code's pattern, with a `code` group
     members: tuple[Member, ...] = ()
     also: tuple[Alt, ...] = ()            # other (exceptions, words, raised_in, not_in) that match
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("id", "category", "title", "cause", "fix", "confidence",
-                                             "words", "raised_in", "not_in", "terminal", "after", "pattern")}
+                                             "words", "raised_in", "not_in", "terminal", "after", "cut", "pattern")}
         out.update(exceptions=list(self.exceptions), lines=list(self.lines),
                    references=list(self.references), layer="generic",
                    members=[vars(m) for m in self.members],
@@ -152,7 +179,7 @@ class Generic:
 
 
 _CLASS_KEYS = {"id", "category", "title", "cause", "fix", "confidence", "references", "exceptions",
-               "lines", "words", "raised_in", "not_in", "terminal", "alone", "after", "also"}
+               "lines", "words", "raised_in", "not_in", "terminal", "alone", "after", "cut", "also"}
 _ALT_KEYS = {"exceptions", "words", "raised_in", "not_in"}
 _FAMILY_KEYS = {"id", "title", "cause", "fix", "confidence", "references", "lines", "pattern", "members"}
 
@@ -193,7 +220,7 @@ def _make_class(t: dict, family: bool) -> GClass:
                   references=tuple(t["references"]), exceptions=tuple(t.get("exceptions", ())),
                   lines=lines, words=t.get("words"), raised_in=t.get("raised_in"),
                   not_in=t.get("not_in"), terminal=bool(t.get("terminal", False)),
-                  alone=bool(t.get("alone", False)), after=bool(t.get("after", False)),
+                  alone=bool(t.get("alone", False)), after=bool(t.get("after", False)), cut=bool(t.get("cut", False)),
                   pattern=t.get("pattern"), members=members, also=also)
 
 
@@ -423,7 +450,7 @@ def _traceback_above(lines: list, end: int, process) -> tuple[list, int]:
             continue
         m = FRAME.search(ln.text)
         if m:
-            frames.append((ln, m.group("path"), m.group("func")))
+            frames.append((ln, m.group("path") or m.group("tpath"), m.group("func") or m.group("tfunc") or ""))
         elif HEADER.search(ln.text):
             return frames[::-1], i
         elif CHAIN.search(ln.text.strip()) or EXC_LINE.search(ln.text):
@@ -488,18 +515,33 @@ def _handled(lines: _Lines, header: tuple | None, last_lvl, process) -> bool:
 
 
 def _where(exc: Exc) -> list[str]:
-    """Where it was raised: the innermost frames as "path:function", and a path the message names."""
+    """Where it was raised: the innermost frames as "path:function", "msg:<path>" for a path the
+    message names, "tree:<path>" for an import that failed inside the very package it names,
+    imported from outside any install location (a source tree: an unbuilt checkout, a shadowing
+    directory), and "same:<path>" for a module attribute missing where that module's own package
+    asks for it."""
     paths = [f"{p}:{f}" for _, p, f in exc.frames[-3:]]
     mp = MSG_PATH.search(exc.msg)
     if mp:
-        paths.append(mp.group("path"))
+        paths.append("msg:" + mp.group("path"))
+    imp = IMPORTED.search(exc.msg) if exc.type.endswith(("ImportError", "ModuleNotFoundError")) else None
+    if imp:
+        top = "/" + (imp.group(1) or imp.group(2)) + "/"
+        tree = next((p for _, p, _f in reversed(exc.frames[-3:])
+                     if not INSTALLED.search(p) and top in "/" + p.replace("\\", "/").lstrip("./")), None)
+        if tree:
+            paths.append("tree:" + tree)
+    lack = LACKING.search(exc.msg) if exc.type.endswith("AttributeError") else None
+    caller = next((p for _, p, f in reversed(exc.frames) if f != "__getattr__"), None)
+    if lack and caller and "/" + lack.group(1) + "/" in "/" + caller.replace("\\", "/").lstrip("./"):
+        paths.append("same:" + caller)   # the package's own code calls what the package lacks: not two versions
     return paths
 
 
 def _class_matches(c: GClass, exc: Exc | None, text: str) -> bool:
     if any(_rx(p).search(text) for p in c.lines):
         return True
-    if exc is None or not c.exceptions:
+    if exc is None or not (c.exceptions or c.also):
         return False
     return _holds(c, exc) or any(_holds(a, exc) for a in c.also)
 
@@ -542,16 +584,21 @@ class Verdict:
         return self.member.category if self.member else self.cls.category
 
 
-def classify(ev: Event, g: Generic, final: bool, weak: frozenset = frozenset()) -> Verdict | None:
+def classify(ev: Event, g: Generic, final: bool, weak: frozenset = frozenset(), bare: bool = False,
+             ends: bool = False) -> Verdict | None:
     """The class of an event: for a chain, its earliest member a specific class knows (the cause).
-    Members a consequence rule already names (`weak`) or consequence words are skipped."""
+    Members a consequence rule already names (`weak`) or consequence words are skipped. The terminal
+    class takes the run's last exception when a traceback shows it, or (`bare`) when it is the log's
+    only failure: an exception line alone, with nothing a rule claims. A `cut` class takes only a
+    plain line that `ends` its log's events (a traceback header with no exception line after it)."""
     excs = ev.chain or [None]
+    final = final and (ev.header or bare)
     for exc in excs:
         text = exc.text if exc else ev.line.text
         if _consequence(g, text) or (exc and ((exc.line.file or ""), exc.n) in weak):
             continue
         for c in g.classes:
-            if c.alone or (c.terminal and not (final and ev.header and exc is excs[-1])):
+            if c.alone or (c.terminal and not (final and exc is excs[-1])) or (c.cut and (exc or not ends)):
                 continue
             if c.members:
                 fm = _member_of(c, text)
@@ -601,11 +648,14 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
     for e in evs:
         if e.chain and not e.handled:
             last[e.line.file] = e            # each file's last exception: its terminal failure
-    verdicts, seen = [], {}
+    verdicts, seen, end = [], {}, {}
+    for e in evs:
+        end[e.line.file] = max(end.get(e.line.file, 0), e.line.n)   # each file's last event
     for e in evs:
         if not _live(e, col, explained, weak):
             continue
-        v = classify(e, g, final=last.get(e.line.file) is e, weak=weak)
+        v = classify(e, g, final=last.get(e.line.file) is e, weak=weak, bare=not (explained or weak),
+                     ends=end[e.line.file] == e.line.n)
         if v is None:
             continue
         key = (v.cls.id, v.member.meaning if v.member else "")

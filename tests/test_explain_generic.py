@@ -647,3 +647,410 @@ def test_fewer_devices_than_the_job_asks_for_is_cluster_not_config():
             "ValueError: Total available GPUs 4 is less than total desired GPUs 8")
     top = explain_text("step:0 - starting\n" + text + "\n", matcher=layer_alone())[0]
     assert (top.rule, top.category) == ("generic-ray-cluster", "cluster")
+
+
+# ---------------------------------------------------------------------------------------------
+# Forms of the tuning part's CI logs and excerpts (vllm-ascend's unit and e2e tests run under pytest)
+
+
+def pytest_output(tmp_path, tb: str) -> str:
+    """What a real pytest prints for two failing tests: a ValueError raised in a module under
+    verl/trainer/config/, and an import of a package that is not installed."""
+    cfg = tmp_path / "verl" / "trainer" / "config"
+    cfg.mkdir(parents=True)
+    for d in (cfg, cfg.parent, cfg.parent.parent):
+        (d / "__init__.py").write_text("")
+    (cfg / "algo.py").write_text("def check(n):\n    if n % 3:\n"
+                                 "        raise ValueError(f'train_batch_size {n} does not split over 3 workers')\n")
+    (tmp_path / "test_job.py").write_text("from verl.trainer.config.algo import check\n"
+                                          "def test_cfg():\n    check(4)\n"
+                                          "def test_imp():\n    import verl_doctor_absent_module\n")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--tb={tb}", "test_job.py"],
+                       cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert r.returncode == 1 and "E   ModuleNotFoundError: No module named 'verl_doctor_absent_module'" in \
+        r.stdout.replace("E       ", "E   "), r.stdout[-2000:]
+    return r.stdout
+
+
+@pytest.mark.parametrize("tb", ["short", "long"])
+def test_pytest_fail_marker_and_frames(tmp_path, tb):
+    out = pytest_output(tmp_path, tb)
+    found = [(f.rule, f.category) for f in explain_text(out, matcher=layer_alone())]
+    assert ("generic-missing-module", "versions") in found
+    if tb == "short":   # "path:N: in func" frames: the ValueError was raised in verl's config code
+        assert found[0] == ("generic-config-error", "config"), found
+    # pytest's short summary alone ("FAILED <node id> - <exception line>"), as a CI step's tail shows it
+    summary = out[out.index("short test summary info"):]
+    assert [(f.rule, f.category) for f in explain_text(summary, matcher=layer_alone())] == \
+        [("generic-config-error", "config"), ("generic-missing-module", "versions")]   # the ValueError names a setting
+
+
+def test_a_bare_exception_type_is_read(tmp_path):
+    # ray/services.py (0.x) check_version_info: raise Exception("Version mismatch: ..."), message on many lines
+    out = python_output("def check_version_info():\n    raise Exception('Version mismatch: The cluster was started with:"
+                        "\\n    Ray: 2.40.0\\nThis process was started with:\\n    Ray: 2.41.0')\n"
+                        "check_version_info()\n", tmp_path)
+    assert "\nException: Version mismatch: " in out, out
+    assert layer_verdict(out) == ("generic-version-mismatch", "versions")
+    assert layer_verdict(with_ray_prefix(out, "raylet, ip=10.0.0.2")) == ("generic-version-mismatch", "versions")
+
+
+def import_output(tmp_path, files: dict, code: str, pythonpath: str = "") -> str:
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath}
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert r.returncode == 1 and "Error" in r.stdout, r.stdout
+    return r.stdout
+
+
+def test_an_import_that_fails_in_a_source_tree_is_imports(tmp_path):
+    # a project directory named like a package (torchtitan's datasets/ shadowing HF datasets): the
+    # module the name was looked up in is that directory's file, not an installed one
+    out = import_output(tmp_path, {"proj/datasets/__init__.py": "", "proj/hf.py": "from datasets import Dataset\n"},
+                        "import hf", pythonpath=str(tmp_path / "proj"))
+    assert f"from 'datasets' ({tmp_path}/proj/datasets/__init__.py)" in out
+    assert layer_verdict(out) == ("generic-import-source-tree", "imports")
+    # a directory without __init__.py: a namespace package, "unknown location"
+    out = import_output(tmp_path, {"vllm_doc_ns/README": "x"}, "from vllm_doc_ns import LLM")
+    assert "(unknown location)" in out
+    assert layer_verdict(out) == ("generic-import-source-tree", "imports")
+    # a checkout whose compiled part was never built: the import fails inside the package it names
+    out = import_output(tmp_path, {"ck/vllm_doc/__init__.py": "import vllm_doc._C\n"}, "import vllm_doc",
+                        pythonpath=str(tmp_path / "ck"))
+    assert "No module named 'vllm_doc._C'" in out
+    assert layer_verdict(out) == ("generic-import-source-tree", "imports")
+
+
+def test_a_package_absent_from_a_script_outside_any_install_is_versions(tmp_path):
+    # before: any import error raised in a file outside site-packages (every user's own script) was "imports"
+    out = import_output(tmp_path, {"job/train.py": "import verl_doctor_absent_module\n"}, "import train",
+                        pythonpath=str(tmp_path / "job"))
+    assert f'File "{tmp_path}/job/train.py"' in out
+    assert layer_verdict(out) == ("generic-missing-module", "versions")
+    # a path the paste elided shows no tree (novasky_ai_skyrl_864 in the tuning part)
+    elided = ('  File ".../skyrl_agent/auto.py", line 6, in <module>\n'
+              "    from skyrl_agent.agents.mapping import AGENT_GENERATOR_REGISTRY\n"
+              "ModuleNotFoundError: No module named 'skyrl_agent.agents'\n")
+    assert layer_verdict(elided) == ("generic-missing-module", "versions")
+    page = run_doctor("rules", "generic-import-source-tree")   # its page says what msg: and tree: are
+    assert page.returncode == 0 and "`tree:PATH` an import failing inside the package it names" in page.stdout
+
+
+def test_an_argument_the_namespace_lacks_is_config(tmp_path):
+    # a library entry point handed a Namespace without one of its options (vLLM's build_app, SkyRL#1016)
+    out = python_output("import argparse\nargs = argparse.ArgumentParser().parse_args([])\n"
+                        "def build_app(args):\n    return args.disable_fastapi_docs\nbuild_app(args)\n", tmp_path)
+    assert "AttributeError: 'Namespace' object has no attribute 'disable_fastapi_docs'" in out
+    assert layer_verdict(out) == ("generic-config-error", "config")
+    # any other object without the attribute stays the run's unknown exception
+    other = out.replace("'Namespace' object", "'LLMEngine' object")
+    assert layer_verdict(other) == ("generic-python-exception", "other")
+
+
+def test_a_sequence_longer_than_the_settings_take_is_data(tmp_path):
+    # verl's own check (utils/torch_functional.py postprocess_data, truncation='error'), raised for real
+    out = python_output("import torch\nfrom verl.utils.torch_functional import postprocess_data\n"
+                        "ids = torch.ones(1, 10, dtype=torch.long)\n"
+                        "postprocess_data(ids, torch.ones_like(ids), max_length=4, pad_token_id=0, truncation='error')\n",
+                        tmp_path)
+    assert "sequence_length=10 is larger than max_length=4" in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-sequence-too-long", "data")
+    # vLLM's (v1/engine/processor.py) raised in a _validate_* check: data before config
+    vllm = ('  File "/usr/lib/python3/site-packages/vllm/v1/engine/processor.py", line 380, in _validate_model_input\n'
+            "    raise ValueError(\n"
+            "ValueError: The decoder prompt (length 9000) is longer than the maximum model length of 8192. Make "
+            "sure that `max_model_len` is no smaller than the number of text tokens.\n")
+    assert layer_verdict(vllm) == ("generic-sequence-too-long", "data")
+
+
+@pytest.mark.parametrize("text", [
+    # ray-project/ray#18771 (tuning part): Ray < 2's placeholder for a function the worker could not unpickle
+    "2021-09-20 15:55:08,782\tERROR worker.py:80 -- Unhandled error (suppress with RAY_IGNORE_UNHANDLED_ERRORS=1): "
+    "ray::fit_model() (pid=487, ip=10.0.19.47)\nRuntimeError: This function was not imported properly.\n",
+    # ray/_private/function_manager.py (Ray 2): the same for a function, and for an actor class
+    "ray.exceptions.RayTaskError(RuntimeError): ray::loop() (pid=15680, ip=10.0.0.3)\nRuntimeError: The remote "
+    "function failed to import on the worker. This may be because needed library dependencies are not installed "
+    "in the worker environment:\n",
+    "(pid=77, ip=10.0.0.3) RuntimeError: The actor with name RewardActor failed to import on the worker. This may "
+    "be because needed library dependencies are not installed in the worker environment:\n",
+])
+def test_a_function_the_worker_cannot_import_is_cluster(text):
+    assert layer_verdict(text) == ("generic-ray-cluster", "cluster")
+
+
+def test_an_operator_an_extension_should_have_registered_is_versions(tmp_path):
+    # torch's dispatcher bindings (torch/csrc/utils/python_dispatch.cpp), as torchvision's _meta_registrations
+    # reach them when torchvision's ops library did not load (pytorch/torchtitan#2959, tuning part)
+    out = python_output("import torch\ntorch._C._dispatch_has_kernel_for_dispatch_key('torchvision_doctor::nms', 'Meta')\n",
+                        tmp_path)
+    assert "RuntimeError: operator torchvision_doctor::nms does not exist" in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-version-mismatch", "versions")
+
+
+def test_a_package_whose_build_fails_under_pip_is_versions(tmp_path):
+    # a real pip building a real sdist whose setup.py imports a module of its tree that raises (deepspeed's
+    # setup.py importing op_builder, DeepSpeed#7544 in the tuning part); nothing is installed
+    src = tmp_path / "dsx-0.1"
+    src.mkdir()
+    (src / "setup.py").write_text("import op_builder\n")
+    (src / "op_builder.py").write_text("@_disable_dynamo_if_unsupported\ndef adam():\n    pass\n")
+    subprocess.run(["tar", "czf", "dsx-0.1.tar.gz", "dsx-0.1"], cwd=tmp_path, check=True)
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                        "-w", str(tmp_path / "wheels"), str(tmp_path / "dsx-0.1.tar.gz")],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert r.returncode != 0 and "NameError: name '_disable_dynamo_if_unsupported'" in r.stdout, r.stdout[-2000:]
+    assert "/pip-req-build-" in r.stdout or "/pip-install-" in r.stdout
+    assert layer_verdict(r.stdout) == ("generic-pip-resolution", "versions")
+    # the build's own exception alone (pip's report cut off), through docker build's progress prefix
+    tb = r.stdout[r.stdout.index("Traceback"):r.stdout.index("NameError")] + "NameError: name 'x' is not defined\n"
+    assert layer_verdict("".join("#42 15.84 " + ln + "\n" for ln in tb.splitlines())) == \
+        ("generic-pip-resolution", "versions")
+    # pip's diagnostic line alone
+    assert layer_verdict("  error: subprocess-exited-with-error\n") == ("generic-pip-resolution", "versions")
+
+
+def test_a_batch_without_the_key_the_step_reads_is_data(tmp_path):
+    (tmp_path / "training_batch.py").write_text(
+        "class TrainingInputBatch(dict):\n    def __getitem__(self, key):\n        return super().__getitem__(key)\n")
+    out = python_output("from training_batch import TrainingInputBatch\n"
+                        "def forward_micro_batch(mb):\n    return mb['pixel_values']\n"
+                        "forward_micro_batch(TrainingInputBatch(input_ids=[1, 2]))\n", tmp_path)
+    assert "KeyError: 'pixel_values'" in out
+    assert layer_verdict(out) == ("generic-data-schema", "data")
+
+
+@pytest.mark.parametrize("text", [
+    # vllm-project/vllm-ascend#12907 (tuning part): the registry's "errTitle(ErrCode):" with the message below it
+    "aclnnQuantMatmulWeightNz failed, error code is 161002\nAclNN_Parameter_Error(EZ1001):\nTensor scale not "
+    "implemented for DT_FLOAT16,\n",
+    # vllm-project/vllm-ascend#7426 (tuning part): the error manager's detail line without its "Inner Error!" head
+    "EZ9999[PID: 25038] 2026-03-17-08:21:12.001.372 (EZ9999):  HCCL_BUFFSIZE is too SMALL, maxBs = 256, h = 2048,\n",
+])
+def test_cann_codes_in_the_error_managers_other_forms(text):
+    assert layer_verdict(text) == ("generic-cann-error-code", "other")
+
+
+def test_a_bare_exception_line_that_ends_the_run_is_its_failure():
+    # an exception line without its traceback (a launcher's stderr, a pasted excerpt): before, "nothing matched"
+    found = explain_text("step:1 - loss:0.5\nRuntimeError: the server went away\n", matcher=layer_alone())
+    assert [(f.rule, f.category) for f in found] == [("generic-python-exception", "other")]
+    # not when training went on after it, and not over a rule's finding in the same log
+    assert explain_text("RuntimeError: the server went away\nstep:2 - loss:0.4\n", matcher=layer_alone()) == []
+    hccl = body("hccl-notify-wait-timeout--3.log")          # a bare RuntimeError above a rule's lines
+    assert explain_text(hccl)[0].rule == "hccl-notify-wait-timeout"
+
+
+def test_a_log_that_ends_inside_a_traceback_says_so(tmp_path):
+    out = python_output("def get_head():\n    return next(n for n in [] if n)\nget_head()\n", tmp_path)
+    assert out.rstrip().endswith("StopIteration")
+    cut = out[:out.rindex("StopIteration")]                     # the paste stopped before the exception line
+    found = explain_text(cut, matcher=layer_alone())
+    assert [(f.rule, f.category) for f in found] == [("generic-traceback-cut", "other")]
+    assert "Traceback (most recent call last)" in found[0].lines[0].text
+    assert explain_text(cut)[0].rule == "generic-traceback-cut"   # with the rules too: no "nothing matched"
+    # the whole traceback is the exception's, and a traceback followed by its exception line is not cut
+    assert layer_verdict(out) == ("generic-python-exception", "other")
+    assert layer_verdict(cut + "  File \"x.py\", line 1, in f\nKeyError: 'prompt'\n")[0] != "generic-traceback-cut"
+    # Ray's header of a remote traceback, cut the same way
+    ray = "ray.exceptions.RayTaskError: ray::WorkerDict.generate() (pid=7, ip=10.0.0.2, actor_id=ab)\n" + \
+        cut[cut.index("  File "):]
+    assert layer_verdict(with_ray_prefix(ray, "TaskRunner pid=3")) != ("generic-traceback-cut", "other")
+    ray_only = "(TaskRunner pid=3) Unhandled error: ray::WorkerDict.generate() (pid=7, ip=10.0.0.2)\n" + \
+        with_ray_prefix(cut[cut.index("  File "):], "TaskRunner pid=3")
+    assert layer_verdict(ray_only) == ("generic-traceback-cut", "other")
+    page = run_doctor("rules", "generic-traceback-cut")
+    assert page.returncode == 0 and "when the log ends on it" in page.stdout
+
+
+def test_a_type_of_an_errors_module_is_read_whatever_its_ending(tmp_path):
+    # omegaconf.errors.MissingMandatoryValue ends in neither Error nor Exception: before, no event at all
+    out = python_output("from omegaconf import OmegaConf\n"
+                        "OmegaConf.create({'data': {'train_files': '???'}}).data.train_files\n", tmp_path)
+    assert "omegaconf.errors.MissingMandatoryValue: Missing mandatory value: data.train_files" in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-config-error", "config")
+
+
+def test_torchelastic_error_record_names_the_exception(tmp_path):
+    # the record torchelastic's ErrorHandler writes for a real RendezvousConnectionError, logged as indented JSON
+    # (torch 1.x's error_handler logged it so when no error file was set; pytorch/pytorch#67547 in the tuning part)
+    out = python_output(
+        "import json, os, logging\n"
+        "os.environ['TORCHELASTIC_ERROR_FILE'] = os.path.abspath('error.json')\n"
+        "from torch.distributed.elastic.multiprocessing.errors.error_handler import ErrorHandler\n"
+        "from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError\n"
+        "try:\n    raise RendezvousConnectionError('The connection to the C10d store has failed. See inner exception.')\n"
+        "except RendezvousConnectionError as exc:\n    ErrorHandler().record_exception(exc)\n"
+        "logging.basicConfig()\n"
+        "logging.getLogger('torch.distributed.elastic.multiprocessing.errors.error_handler').error(\n"
+        "    json.dumps(json.load(open('error.json')), indent=2))\n", tmp_path)
+    assert '"message": "RendezvousConnectionError: The connection to the C10d store has failed.' in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-connection", "network")
+
+
+def test_a_model_path_transformers_cannot_find_is_workdir():
+    # transformers' utils/hub.py cached_file (its format string, as printed for a relative model path)
+    text = ("OSError: models/Qwen2.5-7B-Instruct is not a local folder and is not a valid model identifier listed on "
+            "'https://huggingface.co/models'\nIf this is a private repository, make sure to pass a token having "
+            "permission to this repo either by logging in with `hf auth login` or by passing `token=<your_token>`\n")
+    assert layer_verdict(text) == ("generic-path-not-found", "workdir")
+
+
+def excerpt_from(out: str, marker: str) -> str:
+    """What users paste: the output from the exception line on (no frames)."""
+    return out[out.index(marker):]
+
+
+def test_pyarrows_invalid_file_is_data(tmp_path):
+    (tmp_path / "train.parquet").write_text("x")
+    out = python_output(f"import pyarrow.parquet as pq\npq.read_table('{tmp_path}/train.parquet')\n", tmp_path)
+    assert "pyarrow.lib.ArrowInvalid: " in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-data-schema", "data")          # before: no event at all
+    assert layer_verdict(excerpt_from(out, "pyarrow.lib.ArrowInvalid")) == ("generic-data-schema", "data")
+
+
+def test_hydra_and_omegaconf_errors_are_theirs_without_frames(tmp_path):
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "ppo_trainer.yaml").write_text("actor:\n  lr: 1.0e-6\n")
+    override = python_output("from hydra import initialize, compose\n"
+                             "with initialize(version_base=None, config_path='conf'):\n"
+                             "    compose('ppo_trainer', overrides=['actor.use_remove_padding=true'])\n", tmp_path)
+    assert "ConfigCompositionException" in override, override[-1500:]
+    assert layer_verdict(override) == ("generic-config-error", "config")
+    assert layer_verdict(excerpt_from(override, "hydra.errors.ConfigCompositionException")) == \
+        ("generic-config-error", "config")
+    missing = python_output("from hydra import initialize, compose\n"
+                            "with initialize(version_base=None, config_path='conf'):\n    compose('grpo_trainer')\n",
+                            tmp_path)
+    assert "hydra.errors.MissingConfigException: Cannot find primary config 'grpo_trainer'" in missing
+    assert layer_verdict(excerpt_from(missing, "hydra.errors.MissingConfigException")) == \
+        ("generic-path-not-found", "workdir")
+
+
+def test_a_reward_function_without_the_data_source_is_data(tmp_path):
+    out = python_output("from verl.utils.reward_score import default_compute_score\n"
+                        "default_compute_score('doctor/unknown', 'x', 'y')\n", tmp_path)
+    assert "NotImplementedError: Reward function is not implemented for data_source=" in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-data-schema", "data")
+    # the release that printed it unquoted, without frames (issue 12's own example)
+    assert layer_verdict("NotImplementedError: Reward function is not implemented for data_source=gsm8k_doctor\n") == \
+        ("generic-data-schema", "data")
+
+
+@pytest.mark.parametrize("text,cid,category", [
+    # transformers 4.x's lazy module (utils/import_utils.py _LazyModule._get_module), the ImportError on the next line
+    ("RuntimeError: Failed to import transformers.models.qwen2.modeling_qwen2 because of the following error (look "
+     "up to see its traceback):\ncannot import name 'is_torch_greater_or_equal' from 'transformers.utils'\n",
+     "generic-missing-module", "versions"),
+    # pip's PEP 668 refusal (pip/_internal/exceptions: ExternallyManagedEnvironment)
+    ("error: externally-managed-environment\n\n× This environment is externally managed\n", "generic-pip-resolution",
+     "versions"),
+])
+def test_import_and_install_refusals_from_their_printing_source(text, cid, category):
+    assert layer_verdict(text) == (cid, category)
+
+
+@pytest.mark.parametrize("text,cid,category", [
+    # verl/workers/config/actor.py validate: a check that names the settings it compares, without frames
+    ("ValueError: train_batch_size (16) must be >= actor.ppo_mini_batch_size (32)", "generic-config-error", "config"),
+    # verl's own version requirements (models/mcore patching, rollout routing replay, the NPU profiler)
+    ("AssertionError: Fused forward patching requires mecore >= 0.13.0", "generic-version-mismatch", "versions"),
+    ("RuntimeError: rollout.enable_rollout_routing_replay=True requires vLLM >= 0.22.0 (installed: 0.11.0). Upgrade "
+     "vLLM (e.g. `pip install -U 'vllm>=0.22.0'`) or disable enable_rollout_routing_replay.", "generic-version-mismatch",
+     "versions"),
+    ("RuntimeError: torch_npu==2.1 or higher is required to use mstx_domain_exclude", "generic-version-mismatch",
+     "versions"),
+])
+def test_settings_and_version_requirements_named_in_the_message(text, cid, category):
+    assert layer_verdict("step:0 - starting\n" + text + "\n") == (cid, category)
+
+
+@pytest.mark.parametrize("code,category", [("7", "network"), ("11", "network"), ("1", "config"), ("3", "memory"),
+                                           ("5", "versions"), ("15", "other")])
+def test_hccl_result_codes_are_a_family(code, category):
+    # torch_npu's HCCL_CHECK_ERROR (torch_npu/csrc/distributed/HCCLUtils.hpp), HcclResult from CANN's hccl_types.h
+    text = ("RuntimeError: createHCCLComm:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:1508 HCCL function error: "
+            f"HcclGetRootInfo(&hcclID), error code is {code}\n")
+    assert layer_verdict(text) == ("generic-hccl-error", category)
+
+
+def test_a_checkpoint_torch_loads_only_as_weights_is_versions(tmp_path):
+    out = python_output("import torch\nclass Box:\n    pass\n"
+                        f"torch.save({{'b': Box()}}, '{tmp_path}/ck.pt')\ntorch.load('{tmp_path}/ck.pt')\n", tmp_path)
+    assert "UnpicklingError: Weights only load failed." in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-version-mismatch", "versions")
+
+
+def test_a_package_the_message_says_is_missing_is_versions():
+    # vLLM's attention backend selector (a ValueError, not an ImportError)
+    text = ("ValueError: Cannot use FlashAttention-2 backend because the flash_attn package is not found. Make sure "
+            "that flash_attn was built and installed (on an ampere GPU).\n")
+    assert layer_verdict("step:0 - starting\n" + text) == ("generic-missing-module", "versions")
+
+
+def test_a_full_disk_printed_by_pip_is_workdir():
+    import os
+    text = f"ERROR: Could not install packages due to an OSError: [Errno 28] {os.strerror(28)}\n"
+    assert layer_verdict(text) == ("generic-path-permission", "workdir")
+
+
+def test_a_rank_waiting_for_rank0s_nccl_id_is_a_consequence(tmp_path):
+    # ProcessGroupNCCL.cpp broadcastUniqueNCCLID: rank 1 got nothing from the store; rank 0's own error is the cause
+    waiting = ("torch.distributed.DistBackendError: [1] is setting up NCCL communicator and retrieving ncclUniqueId "
+               "from [0] via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout\n")
+    assert layer_verdict(waiting) == ("generic-peer-failure", "cluster")
+    a, b = tmp_path / "rank1.log", tmp_path / "rank0.log"
+    a.write_text(waiting)
+    b.write_text(body("generic-data-file-not-found.log"))
+    from matching.explain import explain_report
+    assert explain_report([str(a), str(b)], matcher=layer_alone()).findings[0].rule == "generic-data-file-not-found"
+
+
+def test_a_package_asking_its_own_module_for_what_it_lacks_is_not_a_version_mismatch(tmp_path):
+    files = {"lib/sp_doc/__init__.py": "", "lib/sp_doc/parallel_state.py": "def get_sequence_parallel_rank():\n    return 0\n",
+             "lib/sp_doc/engine.py": "from sp_doc import parallel_state as mpu\ndef save():\n    return mpu.get_model_parallel_rank()\n",
+             "lib/np_doc/__init__.py": "def __getattr__(name):\n    raise AttributeError(f\"module 'np_doc' has no attribute {name!r}\")\n"}
+    # DeepSpeed#7649's shape (tuning part): the package's own engine calls its own mpu's missing function
+    own = import_output(tmp_path, files, "import sp_doc.engine\nsp_doc.engine.save()", pythonpath=str(tmp_path / "lib"))
+    assert "AttributeError: module 'sp_doc.parallel_state' has no attribute 'get_model_parallel_rank'" in own, own
+    assert layer_verdict(own) == ("generic-python-exception", "other")
+    # another package's code asking: two versions that do not go together (numpy's module __getattr__ raising)
+    other = import_output(tmp_path, {"job/train.py": "import np_doc\ndef run():\n    return np_doc.product([2])\n"},
+                          "import train\ntrain.run()", pythonpath=f"{tmp_path / 'lib'}:{tmp_path / 'job'}")
+    assert "AttributeError: module 'np_doc' has no attribute 'product'" in other, other
+    assert layer_verdict(other) == ("generic-api-mismatch", "versions")
+
+
+def test_a_bus_error_is_shared_memory_run_out(tmp_path):
+    # a real SIGBUS: Python's faulthandler, and the shell reporting its child (before: a native crash, "other")
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGBUS)"
+    fh = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True, timeout=60).stdout
+    assert "Fatal Python error: Bus error" in fh, fh
+    assert layer_verdict(fh) == ("generic-out-of-memory", "memory")
+    sh = subprocess.run(["bash", "-c", f"{sys.executable} -c '{code}'\necho next"], stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True, timeout=60).stdout
+    assert " Bus error " in sh, sh
+    assert layer_verdict(sh) == ("generic-out-of-memory", "memory")
+    # a segmentation fault stays a native crash
+    assert layer_verdict(fh.replace("Bus error", "Segmentation fault")) == ("generic-native-crash", "other")
+
+
+def test_hccls_own_error_log_line_is_network():
+    # HCCL's documented fault (hicann/hccl docs/zh/user_guide/fault_diagnosis/cluster_info_nego.md, tuning part)
+    text = ("[ERROR] HCCL(1041081,all_reduce_test):2025-11-21-01:20:01.624.966 [topoinfo_exchange_server.cc:314] "
+            "[1041362][InitGroupStage][RanktableDetect]topo exchange server get socket timeout! timeout[120 s]\n")
+    assert layer_verdict(text) == ("generic-hccl-error", "network")
+
+
+def test_a_module_the_worker_cannot_unpickle_is_cluster():
+    # ray-project/ray#1161 (tuning part): the actor class's module existed on the head machine only
+    text = ("Traceback (most recent call last):\n"
+            '  File "/home/ubuntu/anaconda3/envs/py35/lib/python3.5/site-packages/ray/actor.py", line 114, in '
+            "fetch_and_register_actor\n    unpickled_class = pickle.loads(pickled_class)\n"
+            "ImportError: No module named 'ppo_driver2'\n")
+    assert layer_verdict(text) == ("generic-ray-cluster", "cluster")
+    # the same import elsewhere in Ray's code is still a package missing
+    assert layer_verdict(text.replace("ray/actor.py", "ray/util/collective.py")) == ("generic-missing-module", "versions")
