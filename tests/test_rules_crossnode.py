@@ -27,3 +27,14 @@ def test_a_healthy_runs_form_of_the_message_is_no_finding(tmp_path, name):
     log = tmp_path / f"{name}.log"
     log.write_text("\n".join([BENIGN[name], "step:1 - actor/pg_loss:0.1", "step:2 - actor/pg_loss:0.1"]) + "\n")
     assert explain_paths([str(log)]) == [], name
+
+
+def test_a_virtual_interface_is_not_blamed_for_a_cuda_failure(tmp_path):
+    # one node, NCCL lists a bridge and then fails for a CUDA reason: not a network finding
+    log = tmp_path / "one-node.log"
+    log.write_text("host-a:10:10 [0] NCCL INFO NET/Socket : Using [0]docker0:172.17.0.1<0> [1]veth9:fe80::2%veth9<0>\n"
+                   "host-a:10:30 [0] enqueue.cc:1100 NCCL WARN Cuda failure 'out of memory'\n"
+                   "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error "
+                   "(run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n")
+    assert all(f.rule != "nccl-socket-virtual-interface" for f in explain_paths([str(log)]))
+
