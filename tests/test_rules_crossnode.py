@@ -18,6 +18,8 @@ BENIGN = {
                            "[localhost]:29500 (errno: 99 - Cannot assign requested address).",
     "trainer-warning": "[WARNING|trainer.py:2851] >> Could not locate the best model at out/checkpoint-4/model.bin, if "
                        "you are running a distributed training on multiple nodes, you should activate `--save_on_each_node`.",
+    "nccl-ib-optional-verb": "host-a:10:10 [0] NCCL INFO Call to ibv_query_ece failed with error Operation not supported errno 95",
+    "nccl-ib-benign-event": "host-a:10:40 [0] transport/net_ib.cc:94 NCCL WARN NET/IB : mlx5_0:1 Got async event : GID table change",
     "nccl-interface-list": "host-a:10:10 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.2<0> [1]veth1a2b:fe80::1%veth1a2b<0>",
 }
 
