@@ -20,6 +20,8 @@ BENIGN = {
                        "you are running a distributed training on multiple nodes, you should activate `--save_on_each_node`.",
     "nccl-ib-optional-verb": "host-a:10:10 [0] NCCL INFO Call to ibv_query_ece failed with error Operation not supported errno 95",
     "nccl-ib-benign-event": "host-a:10:40 [0] transport/net_ib.cc:94 NCCL WARN NET/IB : mlx5_0:1 Got async event : GID table change",
+    "c10d-dns-late": "[W1201 10:00:00.1 1 socket.cpp:759] [c10d] The IPv4 network addresses of (trainer-0.svc, 29500) "
+                     "cannot be retrieved (gai error: -2 - Name or service not known).",
     "nccl-interface-list": "host-a:10:10 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.2<0> [1]veth1a2b:fe80::1%veth1a2b<0>",
 }
 
