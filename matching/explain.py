@@ -182,7 +182,10 @@ class Matcher:
         used = {i for ids in self.rule_patterns for i in ids} | {
             i for i in (*self.rule_near, *self.rule_requires) if i is not None}
         layer_ids = {add(p) for p in (layer.line_patterns() if layer else ())}
-        self.cheap = self.fallback | (layer_ids - used)  # a rule's own pattern stays the rule's
+        # error-like lines; those no rule uses are cheap (no rule evaluation), and a rule's own
+        # pattern stays the rule's even when it is also an error-like one
+        self.error_like = self.fallback | layer_ids
+        self.cheap = self.error_like - used
 
         opts = re2.Options()
         opts.max_mem = 64 << 20  # room for the whole catalog's DFA, so RE2 never drops to its NFA
@@ -496,8 +499,9 @@ class Scan:
         line.n, line.file = n, name
         line.text = shorten(line.text)
         for idx in matched:
-            if idx in self.m.cheap:
+            if idx in self.m.error_like:
                 line.fallback = True
+            if idx in self.m.cheap:
                 continue
             hits = self.hits.get(idx)
             if hits is None:

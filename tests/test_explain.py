@@ -326,6 +326,18 @@ def test_requires_and_near_conditions_of_a_rule(tmp_path):
     assert [ln.n for ln in top.lines] == [2, 3]  # the fatal line joined by the warning that explains it
 
 
+def test_a_rule_may_require_a_line_the_fallback_also_looks_for(tmp_path):
+    # `Traceback (most recent call last)` is one of FALLBACK_PATTERNS too: it stays the rule's
+    (tmp_path / "r.toml").write_text(
+        '[[rule]]\nid = "needs-traceback"\ncategory = "other"\ntitle = "t"\nplatforms = ["any"]\n'
+        'patterns = ["widget jammed"]\nrequires = "Traceback \\\\(most recent call last\\\\)"\n'
+        'specificity = 3\ncause = "c"\nfix = "f"\nreferences = ["https://x"]\n')
+    m = Matcher(load_rules(tmp_path))
+    log = "Traceback (most recent call last):\n  File \"w.py\", line 1, in <module>\nRuntimeError: widget jammed\n"
+    assert [f.rule for f in explain_text(log, matcher=m)] == ["needs-traceback"]
+    assert explain_text("RuntimeError: widget jammed\n", matcher=m) == []  # requires unmet
+
+
 def test_cli_on_binary_junk_never_tracebacks(tmp_path):
     junk = tmp_path / "junk.log"
     junk.write_bytes(random.Random(7).randbytes(1 << 20) + b"\xff\xfe\x00" * 1000)

@@ -32,8 +32,8 @@ def python_output(code: str, tmp_path, name="job.py") -> str:
     """What a real interpreter prints running `code` (stdout and stderr, as a log has them)."""
     script = tmp_path / name
     script.write_text(code)
-    r = subprocess.run([sys.executable, "-u", str(script)], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-u", str(script)], stdout=subprocess.PIPE, cwd=tmp_path,
+                       stderr=subprocess.STDOUT, text=True, timeout=120)  # what it writes stays in tmp_path
     return r.stdout
 
 
