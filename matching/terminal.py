@@ -106,6 +106,8 @@ IMPORTED = re2.compile(r"^No module named '([\w]+)[\w.]*'|^cannot import name '\
 LACKING = re2.compile(r"^module '(\w+)[\w.]*' has no attribute ")
 # An install location, a frozen module, or a path elided in the paste (".../pkg/mod.py"): no tree shown.
 INSTALLED = re2.compile(r"(?:site|dist)-packages|/lib/python\d|^<|^\.\.\.")
+# The installed package a frame's file belongs to: the first path part under site-/dist-packages.
+PACKAGE = re2.compile(r"(?:site|dist)-packages[/\\](\w+)")
 
 
 class GenericError(CatalogError):
@@ -519,7 +521,7 @@ def _where(exc: Exc) -> list[str]:
     message names, "tree:<path>" for an import that failed inside the very package it names,
     imported from outside any install location (a source tree: an unbuilt checkout, a shadowing
     directory), and "same:<path>" for a module attribute missing where that module's own package
-    asks for it."""
+    asks for it, and "cross:A<-B" for one raised in installed package A called from package B."""
     paths = [f"{p}:{f}" for _, p, f in exc.frames[-3:]]
     mp = MSG_PATH.search(exc.msg)
     if mp:
@@ -531,11 +533,32 @@ def _where(exc: Exc) -> list[str]:
                      if not INSTALLED.search(p) and top in "/" + p.replace("\\", "/").lstrip("./")), None)
         if tree:
             paths.append("tree:" + tree)
+    cross = _across(exc.frames)
+    if cross:
+        paths.append("cross:" + cross)
     lack = LACKING.search(exc.msg) if exc.type.endswith("AttributeError") else None
     caller = next((p for _, p, f in reversed(exc.frames) if f != "__getattr__"), None)
     if lack and caller and "/" + lack.group(1) + "/" in "/" + caller.replace("\\", "/").lstrip("./"):
         paths.append("same:" + caller)   # the package's own code calls what the package lacks: not two versions
     return paths
+
+
+def _package(path: str) -> str | None:
+    m = PACKAGE.search(path)
+    return m.group(1) if m else None
+
+
+def _across(frames: list) -> str | None:
+    """"callee<-caller" when the innermost frame is an installed package's and the nearest frame
+    outside it is another installed package's: one release calling another it was not built for."""
+    inner = _package(frames[-1][1]) if frames else None
+    if not inner:
+        return None
+    for _, path, _f in reversed(frames[:-1]):
+        pkg = _package(path)
+        if pkg != inner:
+            return f"{inner}<-{pkg}" if pkg else None
+    return None
 
 
 def _class_matches(c: GClass, exc: Exc | None, text: str) -> bool:

@@ -1054,3 +1054,19 @@ def test_a_module_the_worker_cannot_unpickle_is_cluster():
     assert layer_verdict(text) == ("generic-ray-cluster", "cluster")
     # the same import elsewhere in Ray's code is still a package missing
     assert layer_verdict(text.replace("ray/actor.py", "ray/util/collective.py")) == ("generic-missing-module", "versions")
+
+
+def test_an_exception_inside_one_installed_package_called_by_another_is_versions(tmp_path):
+    # libb's code fails on what liba hands it: two releases that do not go together. The same
+    # failure called from the user's own script is that script's bug, the run's unknown exception.
+    site = tmp_path / "env" / "lib" / "site-packages"
+    for pkg, body in (("libb", "def run(cfg):\n    return cfg.max_len + 1\n"),
+                      ("liba", "import libb\n\ndef go():\n    return libb.run(object())\n")):
+        (site / pkg).mkdir(parents=True)
+        (site / pkg / "__init__.py").write_text(body)
+    head = f"import sys\nsys.path.insert(0, {str(site)!r})\n"
+    out = python_output(head + "import liba\nliba.go()\n", tmp_path)
+    assert "AttributeError: 'object' object has no attribute 'max_len'" in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-api-mismatch", "versions")
+    mine = python_output(head + "import libb\nlibb.run(object())\n", tmp_path, name="mine.py")
+    assert layer_verdict(mine) == ("generic-python-exception", "other")
