@@ -179,13 +179,16 @@ class Matcher:
         # what the rules (and the fallback) look for: bench/explain_speed.py gives grep these; the
         # generic layer's own lines are extra work of doctor's, not part of the comparison
         self.patterns = list(self.exprs)
-        used = {i for ids in self.rule_patterns for i in ids} | {
-            i for i in (*self.rule_near, *self.rule_requires) if i is not None}
         layer_ids = {add(p) for p in (layer.line_patterns() if layer else ())}
-        # error-like lines; those no rule uses are cheap (no rule evaluation), and a rule's own
-        # pattern stays the rule's even when it is also an error-like one
+        # error-like lines; those no rule matches or looks near are cheap (no rule evaluation), and
+        # a rule's own pattern stays the rule's even when it is also an error-like one
         self.error_like = self.fallback | layer_ids
-        self.cheap = self.error_like - used
+        used = {i for ids in self.rule_patterns for i in ids} | {i for i in self.rule_near if i is not None}
+        # a rule that only requires an error-like line somewhere (a traceback) keeps it cheap: the
+        # scan looks for it among the error-like lines until it is first seen (Scan._satisfy)
+        required = {i for i in self.rule_requires if i is not None}
+        self.cheap_required = (required & self.error_like) - used
+        self.cheap = self.error_like - used - (required - self.cheap_required)
 
         opts = re2.Options()
         opts.max_mem = 64 << 20  # room for the whole catalog's DFA, so RE2 never drops to its NFA
@@ -380,6 +383,7 @@ class Scan:
         self.gzip_error: str | None = None
         self.display: str | None = None
         self.collector = terminal.Collector(clean_line, matcher.layer) if matcher.layer else None
+        self.pending = {i: re2.compile(matcher.exprs[i]) for i in matcher.cheap_required}
 
     def feed_stream(self, stream: BinaryIO, name: str | None = None, display: str | None = None) -> None:
         """Scan a binary stream in blocks; only prefilter candidates cost Python work."""
@@ -459,6 +463,8 @@ class Scan:
                     continue
             starts.append(ls)
             lines.append(raw)
+        if self.pending and lines:
+            self._satisfy(starts, lines, number, name)
         if self.collector is not None:
             self.collector.block(buf, starts, lines, name, number)
         # the last error-like lines: needed only if no rule matches (verified then)
@@ -484,6 +490,17 @@ class Scan:
                     self.collector.note_progress(name, lines_at_end - buf.count(b"\n", ls, end) + 1)
                     break
                 stop = pos
+
+    def _satisfy(self, starts: list[int], lines: list[bytes], number, name: str | None) -> None:
+        """Record the first error-like line that each cheap `requires` pattern matches exactly."""
+        for idx, rx in list(self.pending.items()):
+            for ls, raw in zip(starts, lines):
+                line = clean_line(raw)
+                if rx.search(line.text):
+                    line.n, line.file, line.text = number(ls), name, shorten(line.text)
+                    self.hits.setdefault(idx, _Hits()).add(line)
+                    del self.pending[idx]
+                    break
 
     def _line(self, raw: bytes, n: int, name: str | None) -> bool:
         """Match a candidate line exactly; true when it is error-like (for the generic layer)."""

@@ -336,6 +336,8 @@ def test_a_rule_may_require_a_line_the_fallback_also_looks_for(tmp_path):
     log = "Traceback (most recent call last):\n  File \"w.py\", line 1, in <module>\nRuntimeError: widget jammed\n"
     assert [f.rule for f in explain_text(log, matcher=m)] == ["needs-traceback"]
     assert explain_text("RuntimeError: widget jammed\n", matcher=m) == []  # requires unmet
+    # and it stays cheap: a healthy log's every traceback line costs no rule evaluation for it
+    assert m.exprs.index(r"Traceback \(most recent call last\)") in m.cheap
 
 
 def test_cli_on_binary_junk_never_tracebacks(tmp_path):
