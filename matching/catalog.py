@@ -6,7 +6,6 @@ RE2 rejects (RE2 keeps every pattern linear-time), a duplicate id, an unknown ca
 """
 from __future__ import annotations
 
-import os
 import pickle
 import sys
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ import re2
 
 import knowledge.vocabulary
 from knowledge.vocabulary import CATEGORIES, PHASES, PLATFORMS
+from matching import cache
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -184,29 +184,15 @@ def saved(name: str, sources: list[Path], load):
     explain` did before reading a byte of the log. Kept beside the Hyperscan databases (the
     user's own cache), written atomically; a cache that cannot be read or written is ignored.
     Only a load that succeeded is kept, so a broken file still fails with its one line."""
-    from matching.prefilter import _prune, cache_dir, cache_key, used
-
     made_of = [sys.version.encode()] + [p.name.encode() + b"\0" + p.read_bytes() for p in sources]
-    d, key = cache_dir(), cache_key(b"\0".join(made_of))
-    path = d / f"{name}-{key}.pickle"
+    key = cache.cache_key(b"\0".join(made_of))
+    file = f"{name}-{key}.pickle"
     try:
-        value = pickle.loads(path.read_bytes())
-        used(path)
-        return value
-    except Exception:  # absent, unreadable or from another build: load afresh
+        return pickle.loads(cache.load(file))
+    except Exception:  # absent (None), unreadable or from another build: load afresh
         pass
     value = load()
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        import tempfile  # only when writing: its import costs a run that reads the cache
-
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}-")
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-        _prune(d, f"{name}-*.pickle", keep=8)
-    except OSError:
-        pass
+    cache.store(file, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), f"{name}-*.pickle", keep=8)
     return value
 
 

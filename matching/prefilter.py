@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
-
 import re2
+
+from matching import cache
 
 # A trailing unbounded repeat makes an automaton report every byte it extends over; the prefilter
 # drops it (a superset) and the exact RE2 check on the line restores it.
@@ -40,41 +40,9 @@ def _prefilter_form(pattern: str) -> str:
             return pattern
 
 
-try:  # CPython's own BLAKE2: hashlib would load OpenSSL, ~3.5 MB of RSS for a cache key
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover - another interpreter
-    from hashlib import blake2b
-
-
-def cache_key(data: bytes) -> str:
-    """The name part of a cached file: a digest of everything the file was made from."""
-    return blake2b(data, digest_size=12).hexdigest()
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "verl-doctor"
-
-
 # Hits one block may report before we stop Hyperscan and walk that block line by line with RE2
 # instead: hostile input ("ERROR ERROR ..." for megabytes) must not grow memory with the block.
 MAX_HITS_PER_BLOCK = 100_000
-
-
-def _prune(d: Path, pattern: str = "hs-*.db", keep: int = 32) -> None:
-    """Keep the most recently used files only (each catalog edit makes a new one, and so does
-    every test that builds a catalog of its own: the one in use must not be pushed out)."""
-    old = sorted(d.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)[keep:]
-    for path in old:
-        path.unlink(missing_ok=True)
-
-
-def used(path: Path) -> None:
-    """Mark a cached file as used now (its mtime orders the pruning)."""
-    try:
-        os.utime(path)
-    except OSError:
-        pass
 
 
 class HyperscanPrefilter:
@@ -86,37 +54,23 @@ class HyperscanPrefilter:
         self._cheap = [i in cheap for i in range(len(patterns))]  # a list index: the cheapest test
         self._re2: Re2Prefilter | None = None
         exprs = [_prefilter_form(p).encode() for p in patterns]
-        key = cache_key(b"\0".join(exprs) + hyperscan.__version__.encode())
+        key = cache.cache_key(b"\0".join(exprs) + hyperscan.__version__.encode())
         self.db = self._load(key) or self._compile(exprs, key)
-        self._ends: list[int] = []
         self._scratch = hyperscan.Scratch(self.db)
 
     def _load(self, key: str):
-        path = cache_dir() / f"hs-{key}.db"
+        data = cache.load(f"hs-{key}.db")
         try:
-            db = self._hs.loadb(path.read_bytes(), self._hs.HS_MODE_BLOCK)
-        except Exception:  # absent, unreadable or from another build: compile afresh
+            return self._hs.loadb(data, self._hs.HS_MODE_BLOCK) if data else None
+        except Exception:  # unreadable or from another build: compile afresh
             return None
-        used(path)
-        return db
 
     def _compile(self, exprs: list[bytes], key: str):
         hs = self._hs
         db = hs.Database(mode=hs.HS_MODE_BLOCK)
         flags = [hs.HS_FLAG_PREFILTER | hs.HS_FLAG_ALLOWEMPTY] * len(exprs)
         db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs), flags=flags)
-        try:  # cache it, atomically: a concurrent doctor never reads half a file
-            d = cache_dir()
-            d.mkdir(parents=True, exist_ok=True)
-            import tempfile  # only when writing: its import costs every run that loads the cache
-
-            fd, tmp = tempfile.mkstemp(dir=d, prefix=".hs-")
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(hs.dumpb(db))
-            os.replace(tmp, d / f"hs-{key}.db")
-            _prune(d)
-        except OSError:
-            pass
+        cache.store(f"hs-{key}.db", hs.dumpb(db), "hs-*.db", keep=32)
         return db
 
     def candidates(self, view: memoryview) -> tuple[list[int], list[int]]:

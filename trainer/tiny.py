@@ -45,9 +45,9 @@ MODEL_SIZES = {
 
 
 def cache_root() -> Path:
-    root = os.environ.get("VERL_DOCTOR_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "verl-doctor")
-    return Path(root)
+    from matching.cache import cache_dir
+
+    return Path(os.environ.get("VERL_DOCTOR_CACHE") or cache_dir())
 
 
 def prompt_text(template: int, threshold: int) -> str:
