@@ -314,6 +314,12 @@ def clip_line(buf, ls: int, le: int, hit: int) -> bytes:
     return b" ... ".join(parts)
 
 
+def _placed(line: Line, n: int, name: str | None) -> Line:
+    """A matched line, given its number and file and cut to what we print."""
+    line.n, line.file, line.text = n, name, shorten(line.text)
+    return line
+
+
 def shorten(text: str) -> str:
     """The text we print: a long line shows its start and its end."""
     if len(text) <= MAX_TEXT:
@@ -493,14 +499,13 @@ class Scan:
 
     def _satisfy(self, starts: list[int], lines: list[bytes], number, name: str | None) -> None:
         """Record the first error-like line that each cheap `requires` pattern matches exactly."""
-        for idx, rx in list(self.pending.items()):
-            for ls, raw in zip(starts, lines):
-                line = clean_line(raw)
-                if rx.search(line.text):
-                    line.n, line.file, line.text = number(ls), name, shorten(line.text)
-                    self.hits.setdefault(idx, _Hits()).add(line)
-                    del self.pending[idx]
-                    break
+        for ls, raw in zip(starts, lines):
+            line = clean_line(raw)  # once a line, however many patterns are still pending
+            for idx in [i for i, rx in self.pending.items() if rx.search(line.text)]:
+                self.hits.setdefault(idx, _Hits()).add(_placed(line, number(ls), name))
+                del self.pending[idx]
+            if not self.pending:
+                return
 
     def _line(self, raw: bytes, n: int, name: str | None) -> bool:
         """Match a candidate line exactly; true when it is error-like (for the generic layer)."""
@@ -513,8 +518,7 @@ class Scan:
         matched = self.m.line_set.Match(line.text)
         if not matched:
             return None
-        line.n, line.file = n, name
-        line.text = shorten(line.text)
+        _placed(line, n, name)
         for idx in matched:
             if idx in self.m.error_like:
                 line.fallback = True
@@ -532,9 +536,7 @@ class Scan:
         for n, name, raw in self.fallback_raw:
             line = clean_line(raw)
             if self.m.line_set.Match(line.text):
-                line.n, line.file = n, name
-                line.text = shorten(line.text)
-                out.append(line)
+                out.append(_placed(line, n, name))
         return out
 
     # ----------------------------------------------------------------------------------------
