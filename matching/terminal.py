@@ -528,9 +528,8 @@ def _where(exc: Exc) -> list[str]:
         paths.append("msg:" + mp.group("path"))
     imp = IMPORTED.search(exc.msg) if exc.type.endswith(("ImportError", "ModuleNotFoundError")) else None
     if imp:
-        top = "/" + (imp.group(1) or imp.group(2)) + "/"
-        tree = next((p for _, p, _f in reversed(exc.frames[-3:])
-                     if not INSTALLED.search(p) and top in "/" + p.replace("\\", "/").lstrip("./")), None)
+        top = imp.group(1) or imp.group(2)
+        tree = next((p for _, p, _f in reversed(exc.frames[-3:]) if not INSTALLED.search(p) and _under(top, p)), None)
         if tree:
             paths.append("tree:" + tree)
     cross = _across(exc.frames)
@@ -538,9 +537,14 @@ def _where(exc: Exc) -> list[str]:
         paths.append("cross:" + cross)
     lack = LACKING.search(exc.msg) if exc.type.endswith("AttributeError") else None
     caller = next((p for _, p, f in reversed(exc.frames) if f != "__getattr__"), None)
-    if lack and caller and "/" + lack.group(1) + "/" in "/" + caller.replace("\\", "/").lstrip("./"):
+    if lack and caller and _under(lack.group(1), caller):
         paths.append("same:" + caller)   # the package's own code calls what the package lacks: not two versions
     return paths
+
+
+def _under(package: str, path: str) -> bool:
+    """Whether a frame's file lies in a directory named `package` (any OS's separators, relative too)."""
+    return f"/{package}/" in "/" + path.replace("\\", "/").lstrip("./")
 
 
 def _package(path: str) -> str | None:
@@ -667,13 +671,12 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
     claims (a chain through them may still show its cause)."""
     g = g or generic()
     evs = events(col)
-    last = {}
+    last, end = {}, {}
     for e in evs:
         if e.chain and not e.handled:
             last[e.line.file] = e            # each file's last exception: its terminal failure
-    verdicts, seen, end = [], {}, {}
-    for e in evs:
         end[e.line.file] = max(end.get(e.line.file, 0), e.line.n)   # each file's last event
+    verdicts, seen = [], {}
     for e in evs:
         if not _live(e, col, explained, weak):
             continue
