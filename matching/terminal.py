@@ -516,12 +516,19 @@ def _handled(lines: _Lines, header: tuple | None, last_lvl, process) -> bool:
 # Classifying
 
 
+# The tags `_where` puts before a location other than an innermost frame's "path:function" (what
+# `doctor rules generic-*` says of them).
+WHERE_TAGS = {
+    "msg:PATH": "a path its message names",
+    "tree:PATH": "an import failing inside the package it names, run from outside an install",
+    "same:PATH": "a package asking its own module",
+    "cross:A<-B": "raised in installed package A called from installed package B",
+}
+
+
 def _where(exc: Exc) -> list[str]:
-    """Where it was raised: the innermost frames as "path:function", "msg:<path>" for a path the
-    message names, "tree:<path>" for an import that failed inside the very package it names,
-    imported from outside any install location (a source tree: an unbuilt checkout, a shadowing
-    directory), and "same:<path>" for a module attribute missing where that module's own package
-    asks for it, and "cross:A<-B" for one raised in installed package A called from package B."""
+    """Where it was raised: the innermost frames as "path:function", then the locations WHERE_TAGS
+    names (a path in the message, a source tree, the same package, one package calling another)."""
     paths = [f"{p}:{f}" for _, p, f in exc.frames[-3:]]
     mp = MSG_PATH.search(exc.msg)
     if mp:

@@ -194,12 +194,14 @@ def _generic_page(c, as_json: bool) -> int:
     click.echo(f"Category: {cat}. The generic layer: used when no rule matches the failure; "
                f"confidence {c.confidence}.\n")
     click.echo("## What it matches\n")
-    if any(k in (x or "") for k in ("msg:", "tree:", "same:", "cross:") for x in [c.raised_in, c.not_in] +
+    from matching.terminal import WHERE_TAGS
+
+    tags = [t.split(":")[0] + ":" for t in WHERE_TAGS]
+    if any(k in (x or "") for k in tags for x in [c.raised_in, c.not_in] +
            [v for a in c.also for v in (a.raised_in, a.not_in)]):
-        click.echo("  (where it was raised: `path:function` of the innermost frames, `msg:PATH` a path its message\n"
-                   "  names, `tree:PATH` an import failing inside the package it names, run from outside an install,\n"
-                   "  `same:PATH` a package asking its own module, `cross:A<-B` raised in installed package A called\n"
-                   "  from installed package B)\n")
+        said = ", ".join(f"`{t}` {meaning}" for t, meaning in WHERE_TAGS.items())
+        click.echo(textwrap.fill(f"(where it was raised: `path:function` of the innermost frames, {said})",
+                                 width=100, initial_indent="  ", subsequent_indent="  ") + "\n")
     if c.exceptions:
         kinds = "any exception" if "*" in c.exceptions else ", ".join(c.exceptions)
         click.echo(f"  The run's {'last ' if c.terminal else ''}exception: {kinds}")
