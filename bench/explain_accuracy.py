@@ -57,9 +57,9 @@ def fixture_rows(rules: dict) -> list[dict]:
     return rows
 
 
-def corpus_rows(part: str, folder: Path | None = None) -> list[dict]:
+def corpus_rows(folder: Path) -> list[dict]:
     rows = []
-    for path in sorted((folder or CORPUS / "failures" / part).rglob("*.log")):
+    for path in sorted(folder.rglob("*.log")):
         head, _ = read_header(path)
         if "category" not in head:  # a clean log in a gathered batch
             continue
@@ -150,15 +150,17 @@ def main() -> int:
         if not args.dir.is_dir():
             print(f"explain_accuracy: no such folder: {args.dir}", file=sys.stderr)
             return 2
-        rows = corpus_rows("", args.dir)
+        rows = corpus_rows(args.dir)
         s = {**score(rows), "per_category": per_category(rows)}
-        print(json.dumps(s, indent=2) if args.json else "", end="")
-        if not args.json:
+        if args.json:
+            print(json.dumps(s, indent=2))
+        else:
             print_set("unseen", rows, s)
         return 0
 
     rules = {r.id: r for r in catalog()}
-    sets = {"fixtures": fixture_rows(rules), "tuning": corpus_rows("tuning"), "heldout": corpus_rows("heldout")}
+    sets = {"fixtures": fixture_rows(rules), "tuning": corpus_rows(CORPUS / "failures" / "tuning"),
+            "heldout": corpus_rows(CORPUS / "failures" / "heldout")}
     clean = clean_paths()
     false = []
     for path in clean:
