@@ -56,7 +56,9 @@ _LEVEL = r"(?:(?P<lvl>ERROR|CRITICAL)\s[^\]]{0,80}\]\s*)?"
 # f"{type(e).__name__}: {e}", ...}) as it is logged, indented JSON: '  "message": "RendezvousConnectionError: ...'.
 # torch's own log lines (torch/_logging/_internal.py TorchLogsFormatter, glog's layout) begin
 # "E1201 11:45:54.718000 26561 path/file.py:11] " (level letter, MMDD, time, pid, where).
-_PREFIX = (r"^(?:\[(?:rank|default)\d+\]:\s*){0,2}(?:#\d+ \d+\.\d+ )?(?:[EFC]\d{4} [\d:.]+ \d+ [^\]\s]*:\d+\] ?)?"
+# A paste copied with its line numbers ("517 [rank0]: KeyError: ...", GitHub's log viewer; `cat -n`'s "   517<TAB>"): a
+# number first (the type must still follow: a count opening a log line is no exception line).
+_PREFIX = (r"^(?: {0,6}\d{1,6}(?: {1,3}|\t))?(?:\[(?:rank|default)\d+\]:\s*){0,2}(?:#\d+ \d+\.\d+ )?(?:[EFC]\d{4} [\d:.]+ \d+ [^\]\s]*:\d+\] ?)?"
            r"(?:E\s+|(?:FAILED|ERROR) \S+ - |\s*\"message\": \")?[ \t]*(?:\| )?")
 # A bare `raise Exception(...)` prints the type alone ("Exception: Version mismatch: ..."); a type of a module
 # named for its errors may end otherwise (omegaconf.errors.MissingMandatoryValue, aiohttp.web_exceptions.HTTPNotFound,

@@ -97,6 +97,17 @@ def test_frames_are_read_through_launcher_prefixes(tmp_path, prefix):
     assert any("verl/protocol.py" in ln.text for ln in top.lines)
 
 
+@pytest.mark.parametrize("number", ["{} [rank0]: ", "{:6d}\t", "{} "])
+def test_a_paste_with_its_line_numbers_is_read(tmp_path, number):
+    # a log copied from GitHub's log viewer or `cat -n`: each line opens with its number
+    out = python_output("import torch\nfrom verl import DataProto\n"
+                        "DataProto.from_dict(tensors={'input_ids': torch.zeros(6, 4)}).chunk(4)\n", tmp_path)
+    pasted = "".join(number.format(i) + ln + "\n" for i, ln in enumerate(out.splitlines(), 480))
+    top = explain_text(pasted, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-config-error", "config")
+    assert any("verl/protocol.py" in ln.text for ln in top.lines)
+
+
 def test_a_logged_and_handled_traceback_is_not_a_failure(tmp_path):
     # logging's prefix on the Traceback header: the program logged the traceback and went on
     logged = python_output(
