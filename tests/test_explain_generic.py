@@ -1081,3 +1081,14 @@ def test_an_exception_inside_one_installed_package_called_by_another_is_versions
     assert layer_verdict(out) == ("generic-api-mismatch", "versions")
     mine = python_output(head + "import libb\nlibb.run(object())\n", tmp_path, name="mine.py")
     assert layer_verdict(mine) == ("generic-python-exception", "other")
+
+
+@pytest.mark.parametrize("rows, words", [
+    ("[torch.zeros(5), torch.zeros(7)]", "stack expects each tensor to be equal size"),   # prompts not padded alike
+    ("[{'image': None}, {'image': None}]", "batch must contain tensors"),                  # a field the rows lack
+])
+def test_samples_the_dataloader_cannot_batch_are_data(tmp_path, rows, words):
+    out = python_output(f"import torch\nfrom torch.utils.data import DataLoader\nrows = {rows}\n"
+                        "next(iter(DataLoader(rows, batch_size=2)))\n", tmp_path)
+    assert words in out and "torch/utils/data/_utils/collate.py" in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-data-schema", "data")
