@@ -215,16 +215,18 @@ def visible_devices_agree(view: ClusterView) -> list:
     On every NPU node, RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1 in the
     environment of its `ray start`, and ASCEND_RT_VISIBLE_DEVICES (when set) listing at least
     trainer.n_gpus_per_node devices: the rollout engine verl starts (vllm-ascend, sglang) opens
-    device = its local rank, which must be among the devices the worker sees.
+    device = its local rank, which must be among the devices the worker sees. The list itself must
+    be distinct ids in ascending order: the CANN runtime rejects any other (runtime.cc, v8.5.0).
 
     How the job fails without it: Ray narrows each worker's ASCEND_RT_VISIBLE_DEVICES to the one
     NPU it assigned, so every rank but the first asks for a device it cannot see ("Set visible
-    device failed, invalid device=1") and the rollout engine dies at start-up.
+    device failed, invalid device=1") and the rollout engine dies at start-up. A list out of order
+    (0,2,4,6,1,3,5,7) or with a device twice leaves no device at all (error code 207004).
 
     Fix: on every node, before `ray start`: export RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1
     and ASCEND_RT_VISIBLE_DEVICES=0,1,...,N-1 (verl v0.9.0's multi-machine checklist).
 
-    After the fact: ascend-visible-device-invalid
+    After the fact: ascend-visible-device-invalid, ascend-visible-devices-order
     """
     if not npu_job(view):
         return []
@@ -245,7 +247,25 @@ def visible_devices_agree(view: ClusterView) -> list:
                                 f"{VISIBLE}={env[VISIBLE]} on {label}; trainer.n_gpus_per_node={need} ranks open "
                                 f"devices 0-{need - 1}", restart_fix(label, f"{VISIBLE}={ids}"),
                                 {"value": env[VISIBLE], "need": need}, label))
+        out += _visible_order(env.get(VISIBLE), label)
     return out
+
+
+def _visible_order(value: str | None, label: str) -> list:
+    """The CANN runtime's own test of the list (runtime.cc: each id greater than the one before it)."""
+    ids = [t.strip() for t in (value or "").split(",") if t.strip()]
+    if not ids or not all(t.isdigit() for t in ids):
+        return []  # unset, or a word such as NoDevFiles: not a list the runtime orders
+    nums = [int(t) for t in ids]
+    if all(a < b for a, b in zip(nums, nums[1:])):
+        return []
+    why = "names a device twice" if len(set(nums)) < len(nums) else "is not in ascending order"
+    fixed = ",".join(map(str, sorted(set(nums))))
+    return [_finding("cluster.visible_devices", "fail", f"{VISIBLE} on {label} {why}",
+                     f"{VISIBLE}={value} on {label} {why}: the CANN runtime accepts only distinct ids in "
+                     f"ascending order and otherwise rejects the variable, so no device can be opened "
+                     f"(hicann/runtime v8.5.0 src/runtime/feature/src/runtime.cc)",
+                     restart_fix(label, f"{VISIBLE}={fixed}"), {"value": value}, label)]
 
 
 @check("cluster.open_files", "cluster", "The raylet's open-file limit fits the job's workers", scope="cluster")

@@ -142,6 +142,17 @@ def test_part_of_hccl_host_range_dropped_and_part_taken_on_b(pair):
     assert not any("host-b -> host-a" in f["title"] for f in _failures(doc))  # only A -> B is dropped
 
 
+def test_visible_devices_out_of_order_on_b(pair):
+    # an Atlas 300I Duo's cards listed by pairs: the CANN runtime takes only ascending, distinct ids
+    _restart_b(pair, "visible-out-of-order", env={"ASCEND_RT_VISIBLE_DEVICES": "0,2,4,6,1,3,5,7"})
+    doc = _doctor(pair)
+    (order,) = [f for f in _on_b(doc, "cluster.visible_devices") if "ascending" in f["title"]]
+    assert order["title"] == "ASCEND_RT_VISIBLE_DEVICES on host-b is not in ascending order"
+    assert "ASCEND_RT_VISIBLE_DEVICES=0,2,4,6,1,3,5,7 on host-b" in order["message"]
+    assert "ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in order["fix"]
+    assert not [f for f in doc["findings"] if f["id"] == "cluster.visible_devices" and f["node"] == "host-a"]
+
+
 def test_noset_missing_other_port_range_and_ulimit_1024_on_b(pair):
     _restart_b(pair, "noset-range-ulimit", env={"HCCL_HOST_SOCKET_PORT_RANGE": "60100-60150"},
                setup=["ulimit -n 1024"], drop=("RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES",))
