@@ -20,6 +20,7 @@ from matching.catalog import CatalogError
 from matching.explain import Matcher, explain_paths, explain_text
 
 from .conftest import ROOT, run_doctor
+from .fresh import can_unshare
 
 FIX = ROOT / "tests" / "fixtures" / "explain"
 
@@ -462,6 +463,14 @@ def test_shell_cannot_find_the_script_and_the_exit_ranks_after_it(tmp_path):
     # pip < 20.3 (utils/subprocess.py)
     ("ERROR: Command errored out with exit status 1: python setup.py egg_info Check the logs for full "
      "command output.", "generic-pip-resolution", "versions"),
+    # torch < 2.1's shared-memory segment that cannot grow (aten/src/ATen/MapAllocator.cpp): /dev/shm, not the disk
+    ("RuntimeError: unable to write to file </torch_739_144252761_4>: No space left on device (28)",
+     "generic-out-of-memory", "memory"),
+    # UCX's fatal-signal handler (src/ucs/debug/debug.c: "Caught signal %d (%s)"), in NCCL and MPI images
+    ("[8d6bf97c3bf4:3039 :0:3095] Caught signal 7 (Bus error: nonexistent physical address)",
+     "generic-out-of-memory", "memory"),
+    ("[node1:2211 :0:2230] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x8)",
+     "generic-native-crash", "other"),
 ])
 def test_error_line_forms_from_their_printing_source(text, cid, category):
     top = explain_text("step:0 - starting\n" + text + "\n", matcher=layer_alone())[0]
@@ -1092,3 +1101,30 @@ def test_samples_the_dataloader_cannot_batch_are_data(tmp_path, rows, words):
                         "next(iter(DataLoader(rows, batch_size=2)))\n", tmp_path)
     assert words in out and "torch/utils/data/_utils/collate.py" in out, out[-1500:]
     assert layer_verdict(out) == ("generic-data-schema", "data")
+
+
+def test_a_name_that_does_not_resolve_is_network_whatever_the_type(tmp_path):
+    # torch 1.x's TCPStore raised ValueError("host not found: " + gai_strerror) for MASTER_ADDR
+    out = python_output("import socket\ntry:\n    socket.getaddrinfo('doctor-master.invalid', 29500)\n"
+                        "except socket.gaierror as e:\n    raise ValueError(f'host not found: {e.strerror}') from None\n",
+                        tmp_path)
+    assert "ValueError: host not found: Name or service not known" in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-connection", "network")
+
+
+def test_an_interface_that_does_not_exist_is_network(tmp_path):
+    # what a launcher meets looking up NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME by name
+    out = python_output("import socket\nsocket.if_nametoindex('doctor0')\n", tmp_path)
+    assert "OSError: no interface with this name" in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-connection", "network")
+
+
+@pytest.mark.skipif(not can_unshare(), reason="needs a mount namespace (root) for a small /dev/shm")
+def test_shared_memory_full_is_memory_not_a_full_disk(tmp_path):
+    # a container's small /dev/shm, for real: tensors shared between processes live there
+    (tmp_path / "share.py").write_text("import torch\ntorch.zeros(4 << 20).share_memory_()\n")
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                        f"mount -t tmpfs -o size=1M tmpfs /dev/shm && {sys.executable} share.py"],
+                       cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert r.returncode != 0 and "</torch_" in r.stdout and "No space left on device" in r.stdout, r.stdout[-1500:]
+    assert layer_verdict(r.stdout) == ("generic-out-of-memory", "memory")
