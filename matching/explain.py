@@ -49,7 +49,9 @@ FALLBACK_PATTERNS = (
     r"\bERROR\b",
 )
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+# Colour codes, raw or as rsyslog stores them (control characters escaped as "#" and three octal digits,
+# its default EscapeControlCharactersOnReceive): "#033[2m#033[33m(raylet)#033[0m ..."
+_ANSI = re.compile(r"(?:\x1b|#033)\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 # Ray prefixes: "(WorkerDict pid=123, ip=10.0.0.1)", "(pid=15052)", "(raylet, ip=...)",
 # "(TaskRunner pid=1)", "(autoscaler +3s)"; possibly repeated when lines are nested.
 _RAY_PREFIX = re.compile(
@@ -216,7 +218,7 @@ def default_matcher() -> Matcher:
 def clean_line(raw: bytes) -> Line:
     """Decode a raw log line and split off what the machinery around the program added."""
     text = raw.decode("utf-8", "replace").rstrip("\r\n")
-    if "\x1b" in text:
+    if "\x1b" in text or "#033[" in text:
         text = _ANSI.sub("", text)
     node = process = None
     m = _RAY_PREFIX.match(text)

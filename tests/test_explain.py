@@ -124,6 +124,28 @@ def test_ray_prefix_ansi_crlf_and_node_evidence(tmp_path):
     assert not oom.text.startswith("(") and "\r" not in oom.text and "\x1b" not in oom.text
 
 
+def test_colour_codes_as_rsyslog_escapes_them(tmp_path):
+    # rsyslog stores the ESC byte as "#033": Ray's coloured prefixes then read "#033[2m#033[33m(raylet)#033[0m"
+    raw = ("\x1b[2m\x1b[33m(raylet, ip=10.1.2.3)\x1b[0m " + line for line in body("ray-oom-killer.log").splitlines())
+    log = tmp_path / "syslog"
+    log.write_text("\n".join(raw).replace("\x1b", "#033") + "\n")
+    top = explain_paths([str(log)])[0]
+    assert top.rule == "ray-oom-killer"
+    assert all(ln.node == "10.1.2.3" and "#033" not in ln.text and not ln.text.startswith("(") for ln in top.lines)
+
+
+def test_the_ray_oom_summary_wrapped_by_a_console_is_read(tmp_path):
+    # Ray's raylet summary (node_manager.cc) wrapped by a fixed-width console inside "(tasks / actors)", where a
+    # 120-column terminal breaks it after a "(raylet)" prefix and a timestamp
+    head = "(raylet) [2026-12-01 10:00:00,000 E 1234 1234] node_manager.cc:3007: 2 Workers (tasks /"
+    rest = (" actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: "
+            "abd406d4, IP: 10.0.1.2) over the last time period.")
+    log = tmp_path / "console.log"
+    log.write_text(head + "\n" + rest + "\n")
+    top = explain_paths([str(log)])[0]
+    assert top.rule == "ray-oom-killer" and top.lines[0].n == 2
+
+
 def test_line_numbers_survive_block_boundaries(monkeypatch, tmp_path):
     noise = (ROOT.parent / "shared/research/clean-logs/005.log")
     filler = noise.read_bytes() if noise.exists() else b"step:1 - loss:0.1\n" * 500
