@@ -466,6 +466,11 @@ def test_shell_cannot_find_the_script_and_the_exit_ranks_after_it(tmp_path):
     # torch < 2.1's shared-memory segment that cannot grow (aten/src/ATen/MapAllocator.cpp): /dev/shm, not the disk
     ("RuntimeError: unable to write to file </torch_739_144252761_4>: No space left on device (28)",
      "generic-out-of-memory", "memory"),
+    # DeepSpeed's launcher reporting a rank's end (deepspeed/launcher/launch.py sigkill_handler)
+    ("[2026-12-01 10:00:00,000] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', "
+     "'--local_rank=1'] exits with return code = -9", "generic-killed-by-signal", "memory"),
+    ("[2026-12-01 10:00:00,000] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', "
+     "'--local_rank=1'] exits with return code = 1", "generic-nonzero-exit", "other"),
     # UCX's fatal-signal handler (src/ucs/debug/debug.c: "Caught signal %d (%s)"), in NCCL and MPI images
     ("[8d6bf97c3bf4:3039 :0:3095] Caught signal 7 (Bus error: nonexistent physical address)",
      "generic-out-of-memory", "memory"),
