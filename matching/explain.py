@@ -4,7 +4,8 @@ How a log is read (constant memory, any size):
   1. The log is streamed in large blocks (plain, gzip or stdin). One multi-pattern automaton of
      every catalog pattern (Hyperscan; RE2's alternation without it, see matching/prefilter.py)
      scans each whole block in linear time, so the many thousands of ordinary lines cost one pass
-     and no Python per line.
+     and no Python per line. A large regular file has a forked helper running that scan for the
+     blocks it claims, on another core, while the reader counts lines (matching/prefilter.Ahead).
   2. Only a line where that prefilter matched is decoded and cleaned (ANSI colours, Ray's
      `(WorkerDict pid=..., ip=...)` prefix, CR, invalid UTF-8), then an `re2.Set` of the original
      patterns says exactly which patterns hit. Each pattern keeps its first and last hits only.

@@ -9,6 +9,9 @@ under-report. Two engines, same contract:
   with HS_FLAG_PREFILTER (a superset of each pattern, still linear time). Compiling a catalog takes
   seconds, so the database is cached, keyed by the patterns, under ~/.cache/verl-doctor.
 - Otherwise RE2: the alternation of all patterns, searched block by block (slower, still linear).
+
+`Ahead` runs either of them in a forked helper over the blocks of a large regular file, ahead of
+the reader (DOCTOR_AHEAD=0 turns it off).
 """
 from __future__ import annotations
 
