@@ -438,6 +438,7 @@ class Scan:
         filled = 0      # bytes of buf holding data: a carried partial line, then the new read
         line_base = 0   # newlines before buf[0]
         offset = 0      # where buf[0] is in the stream
+        k = 0           # blocks cut so far
         eof = False
         while not eof:
             if filled == len(buf):  # one line fills the whole buffer: grow, up to the cap
@@ -460,13 +461,13 @@ class Scan:
             known = pre = None
             if ahead is not None:  # count while the helper scans, then take what it found
                 known = _Numbers.totals(buf, end)
-                pre = ahead.take(offset, end)
+                pre = ahead.take(k, offset, offset + end)
             line_base += self._scan(view, buf, end, line_base, name, pre, known)
             if eof and end and buf[end - 1] != 0x0A:
                 line_base += 1  # a last line without a newline still counts
             rest = filled - end
             buf[:rest] = buf[end:filled]
-            filled, offset = rest, offset + end
+            filled, offset, k = rest, offset + end, k + 1
         view.release()
         self.lines_read += line_base
 
