@@ -1,6 +1,6 @@
 """Speed of `doctor explain` on a 1 GB log, side by side with grep running the same patterns.
 
-    .venv/bin/python bench/explain_speed.py [--size-mb 1024] [--rounds 3] [--keep]
+    .venv/bin/python bench/explain_speed.py [--size-mb 1024] [--rounds 3] [--keep] [--no-catalog-grep]
 
 The log is generated under /tmp from real verl log lines (the clean runs in
 ../shared/research/clean-logs, repeated) with a real failure near the end (the log-prob OOM and
@@ -41,7 +41,10 @@ sys.path.insert(0, str(ROOT))
 
 from matching.explain import default_matcher  # noqa: E402
 
-CLEAN = ROOT.parent / "shared" / "research" / "clean-logs"
+# ../shared beside the checkout, or beside the checkout's parent (a git worktree under wt/)
+CLEAN = next((p / "shared" / "research" / "clean-logs" for p in ROOT.parents[:2]
+              if (p / "shared" / "research" / "clean-logs").is_dir()),
+             ROOT.parent / "shared" / "research" / "clean-logs")
 FIX = ROOT / "tests" / "fixtures" / "explain"
 VERL_LOGS = [f"{i:03d}.log" for i in range(1, 12)]  # 001-011 are verl training runs
 ERROR_FIXTURES = ["memory-oom-log-prob.log", "ray-actor-died.log"]
@@ -148,11 +151,31 @@ def start_up(tmpdir: Path) -> float:
     return statistics.median(sampled_run(cmd)[0] for _ in range(5))
 
 
+def rounds(cmds: dict[str, list[str]], n: int) -> tuple[dict[str, list[float]], list[int], dict]:
+    """Each command once a round, the order reversed every other round; doctor's RSS and verdict."""
+    times: dict[str, list[float]] = {who: [] for who in cmds}
+    rss, verdict = [], None
+    for r in range(n):
+        order = list(cmds) if r % 2 == 0 else list(cmds)[::-1]
+        for who in order:
+            s, peak, out = sampled_run(cmds[who])
+            times[who].append(s)
+            if who == "doctor":
+                rss.append(peak)
+                verdict = json.loads(out)
+        d = times["doctor"][-1]
+        print(f"round {r + 1}: " + "  ".join(f"{who} {t[-1]:.2f}s" for who, t in times.items())
+              + "  ratio " + " / ".join(f"{d / t[-1]:.2f}" for who, t in times.items() if who != "doctor"))
+    return times, rss, verdict
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--keep", action="store_true", help="keep the generated log")
+    ap.add_argument("--no-catalog-grep", action="store_true",
+                    help="skip grep with the catalog's patterns (~60 s a round): doctor and the anchor only")
     args = ap.parse_args()
     grep = shutil.which("grep")
     if not grep:
@@ -173,34 +196,24 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "doctor", "explain", str(FIX / ERROR_FIXTURES[0])],
                        stdout=subprocess.DEVNULL, check=False)
         os.environ["LC_ALL"] = "C"
-        d_times, g_times, w_times, rss = [], [], [], []
-        verdict = None
-        for r in range(args.rounds):
-            order = ("doctor", "grep", "words") if r % 2 == 0 else ("words", "grep", "doctor")
-            for who in order:
-                if who == "doctor":
-                    s, peak, out = sampled_run(doctor_cmd)
-                    d_times.append(s)
-                    rss.append(peak)
-                    verdict = json.loads(out)
-                elif who == "grep":
-                    s, _, _ = sampled_run(grep_cmd + [str(log)])
-                    g_times.append(s)
-                else:
-                    s, _, _ = sampled_run(words_cmd + [str(log)])
-                    w_times.append(s)
-            print(f"round {r + 1}: doctor {d_times[-1]:.2f}s  grep {g_times[-1]:.2f}s  "
-                  f"words {w_times[-1]:.2f}s  ratio {d_times[-1] / g_times[-1]:.2f} / {d_times[-1] / w_times[-1]:.2f}")
+        cmds = {"doctor": doctor_cmd}
+        if not args.no_catalog_grep:
+            cmds["grep"] = grep_cmd + [str(log)]
+        cmds["words"] = words_cmd + [str(log)]
+        times, rss, verdict = rounds(cmds, args.rounds)
+        d_times, w_times, g_times = times["doctor"], times["words"], times.get("grep")
         top = verdict["findings"][0] if verdict and verdict["findings"] else None
-        d, g, w = statistics.median(d_times), statistics.median(g_times), statistics.median(w_times)
+        d, w = statistics.median(d_times), statistics.median(w_times)
         print(f"\ncause found: {top['rule'] if top else None} at line "
               f"{top['lines'][0]['n'] if top else '-'} (the failure starts at line {error_line})")
-        print(f"doctor explain / grep -c -E ({len(patterns)} patterns): {d / g:.2f}  (goal <= 2)")
+        if g_times:
+            print(f"doctor explain / grep -c -E ({len(patterns)} patterns): "
+                  f"{d / statistics.median(g_times):.2f}  (goal <= 2)")
         print(f"doctor explain / grep -c -E (error-like words, the fixed anchor): {d / w:.2f}")
         print(f"doctor explain throughput: {size / 1e6 / d:.0f} MB/s")
         print(f"doctor explain peak RSS: {max(rss) / 2**20:.0f} MiB  (goal <= 150)")
         print(f"doctor explain peak RSS, its own (started from a fresh interpreter): "
-              f"{own_peak_rss(doctor_cmd) / 2**20:.0f} MiB")
+              f"{own_peak_rss(doctor_cmd) / 2**20:.1f} MiB")
         print(f"doctor explain start-up (a 1-line log, median of 5): {start_up(tmpdir) * 1000:.0f} ms")
         ok = top is not None and top["rule"] == "memory-oom-log-prob"
         return 0 if ok else 1

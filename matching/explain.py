@@ -4,7 +4,8 @@ How a log is read (constant memory, any size):
   1. The log is streamed in large blocks (plain, gzip or stdin). One multi-pattern automaton of
      every catalog pattern (Hyperscan; RE2's alternation without it, see matching/prefilter.py)
      scans each whole block in linear time, so the many thousands of ordinary lines cost one pass
-     and no Python per line.
+     and no Python per line. A large regular file has a forked helper running that scan for the
+     blocks it claims, on another core, while the reader counts lines (matching/prefilter.Ahead).
   2. Only a line where that prefilter matched is decoded and cleaned (ANSI colours, Ray's
      `(WorkerDict pid=..., ip=...)` prefix, CR, invalid UTF-8), then an `re2.Set` of the original
      patterns says exactly which patterns hit. Each pattern keeps its first and last hits only.
@@ -17,7 +18,9 @@ How a log is read (constant memory, any size):
 from __future__ import annotations
 
 import io
+import os
 import re
+import stat
 import sys
 import zlib
 from bisect import bisect_right
@@ -29,7 +32,7 @@ import re2
 
 from matching import terminal
 from matching.catalog import Rule, catalog
-from matching.prefilter import make_prefilter
+from matching.prefilter import Ahead, make_prefilter, start_ahead
 
 SCHEMA = "doctor.explain/v1"
 BLOCK_BYTES = 8 << 20          # read size: big enough that per-block overhead vanishes
@@ -40,6 +43,7 @@ SHOW_LINES = 4                 # evidence lines per finding
 MAX_TEXT = 400                 # characters of an evidence line we print
 INCIDENT_GAP = 50              # hits closer than this many lines belong to one incident
 FALLBACK_KEEP = 12             # unexplained error lines kept (the last ones)
+STRIDE = 32 << 10              # _Numbers.totals: newlines counted per this many bytes
 
 # Lines shown when no rule matched: where a human would look first.
 FALLBACK_PATTERNS = (
@@ -215,6 +219,19 @@ def default_matcher() -> Matcher:
 # Reading
 
 
+def _ahead(stream: BinaryIO, prefilter) -> Ahead | None:
+    """A helper scanning ahead, for a large regular file read from its start; None otherwise."""
+    raw = getattr(stream, "raw", None)
+    if not isinstance(stream, io.BufferedReader) or not isinstance(raw, io.FileIO):
+        return None  # gzip, a BytesIO: read here
+    try:
+        if stream.tell() != 0 or not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):
+            return None
+        return start_ahead(prefilter, raw.fileno(), os.fstat(raw.fileno()).st_size, BLOCK_BYTES)
+    except OSError:  # a pipe cannot tell; a helper that cannot start leaves the reader alone
+        return None
+
+
 def clean_line(raw: bytes) -> Line:
     """Decode a raw log line and split off what the machinery around the program added."""
     text = raw.decode("utf-8", "replace").rstrip("\r\n")
@@ -355,10 +372,23 @@ class _Numbers:
     too), so a block's newlines are counted about once however its lines are asked for."""
     __slots__ = ("count", "at", "n", "cur", "cur_n")
 
-    def __init__(self, buf, first: int):
+    def __init__(self, buf, first: int, known: tuple[list[int], list[int]] | None = None):
         self.count = buf.count
         self.at, self.n = [0], [first]      # ascending (position, number)
+        if known:  # (positions from 0 up, newlines before each): counted already
+            self.at, self.n = known[0], [first + c for c in known[1]]
         self.cur, self.cur_n = 0, first     # the last one asked
+
+    @staticmethod
+    def totals(buf, end: int) -> tuple[list[int], list[int]]:
+        """Newlines before every STRIDE-th byte of buf[:end] and before end: then a number costs
+        a count of STRIDE / 2 bytes at most."""
+        at = [*range(0, end, STRIDE), end]
+        count, n, total = buf.count, [0], 0
+        for a, b in zip(at, at[1:]):
+            total += count(b"\n", a, b)
+            n.append(total)
+        return at, n
 
     def __call__(self, pos: int) -> int:
         at, n, count, cur = self.at, self.n, self.count, self.cur
@@ -394,18 +424,29 @@ class Scan:
         self.pending = {i: re2.compile(matcher.exprs[i]) for i in matcher.cheap_required}
 
     def feed_stream(self, stream: BinaryIO, name: str | None = None, display: str | None = None) -> None:
-        """Scan a binary stream in blocks; only prefilter candidates cost Python work."""
+        """Scan a binary stream in blocks; only prefilter candidates cost Python work. A large
+        regular file has a helper on another core scanning blocks ahead (prefilter.Ahead)."""
         self.display = display or name
+        ahead = _ahead(stream, self.m.prefilter)  # before the buffer: the helper needs its own only
+        try:
+            self._blocks(stream, name, ahead)
+        finally:
+            if ahead is not None:
+                ahead.close()
+
+    def _blocks(self, stream: BinaryIO, name: str | None, ahead: Ahead | None) -> None:
         buf = bytearray(BLOCK_BYTES)
         view = memoryview(buf)
         filled = 0      # bytes of buf holding data: a carried partial line, then the new read
         line_base = 0   # newlines before buf[0]
+        offset = 0      # where buf[0] is in the stream
+        k = 0           # blocks cut so far
         eof = False
         while not eof:
             if filled == len(buf):  # one line fills the whole buffer: grow, up to the cap
                 if len(buf) >= MAX_CARRY_BYTES:  # binary junk: scan it, keep the line number
                     self._scan(view, buf, filled, line_base, name)
-                    filled = 0
+                    offset, filled = offset + filled, 0
                 else:
                     view.release()
                     buf.extend(bytes(len(buf)))
@@ -419,12 +460,16 @@ class Scan:
                 end = buf.rfind(b"\n", 0, filled) + 1
                 if end == 0:
                     continue  # no complete line yet: read more
-            line_base += self._scan(view, buf, end, line_base, name)
+            known = pre = None
+            if ahead is not None:  # count while the helper scans, then take what it found
+                known = _Numbers.totals(buf, end)
+                pre = ahead.take(k, offset, offset + end)
+            line_base += self._scan(view, buf, end, line_base, name, pre, known)
             if eof and end and buf[end - 1] != 0x0A:
                 line_base += 1  # a last line without a newline still counts
             rest = filled - end
             buf[:rest] = buf[end:filled]
-            filled = rest
+            filled, offset, k = rest, offset + end, k + 1
         view.release()
         self.lines_read += line_base
 
@@ -442,13 +487,14 @@ class Scan:
         self.bytes_read += got
         return got
 
-    def _scan(self, view: memoryview, buf, end: int, line_base: int, name: str | None) -> int:
+    def _scan(self, view: memoryview, buf, end: int, line_base: int, name: str | None,
+              pre: tuple | None = None, known: tuple | None = None) -> int:
         """Check the candidate lines of buf[:end]; return how many newlines it holds. Most are hit
         by cheap patterns only (error-like words): they cost no exact match, and no line count
-        until the generic layer keeps one."""
-        cheap, other = self.m.prefilter.candidates(view[:end])
+        until the generic layer keeps one. `pre`: the helper's hits; `known`: _Numbers.totals."""
+        cheap, other = pre or self.m.prefilter.candidates(view[:end])
         hits = sorted(cheap + other) if other else cheap  # two sorted runs: one linear merge
-        number = _Numbers(buf, line_base + 1)
+        number = _Numbers(buf, line_base + 1, known)
         starts: list[int] = []    # the error-like lines: where they start, their bytes
         lines: list[bytes] = []
         line_end, o, n_other = -1, 0, len(other)
