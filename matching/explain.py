@@ -5,7 +5,7 @@ How a log is read (constant memory, any size):
      every catalog pattern (Hyperscan; RE2's alternation without it, see matching/prefilter.py)
      scans each whole block in linear time, so the many thousands of ordinary lines cost one pass
      and no Python per line. A large regular file has a forked helper running that scan for the
-     blocks it claims, on another core, while the reader counts lines (matching/prefilter.Ahead).
+     blocks it claims, on another core, while the reader counts lines (matching/ahead.py).
   2. Only a line where that prefilter matched is decoded and cleaned (ANSI colours, Ray's
      `(WorkerDict pid=..., ip=...)` prefix, CR, invalid UTF-8), then an `re2.Set` of the original
      patterns says exactly which patterns hit. Each pattern keeps its first and last hits only.
@@ -32,7 +32,8 @@ import re2
 
 from matching import terminal
 from matching.catalog import Rule, catalog
-from matching.prefilter import Ahead, make_prefilter, start_ahead
+from matching.ahead import Ahead, start_ahead
+from matching.prefilter import make_prefilter
 
 SCHEMA = "doctor.explain/v1"
 BLOCK_BYTES = 8 << 20          # read size: big enough that per-block overhead vanishes
@@ -425,7 +426,7 @@ class Scan:
 
     def feed_stream(self, stream: BinaryIO, name: str | None = None, display: str | None = None) -> None:
         """Scan a binary stream in blocks; only prefilter candidates cost Python work. A large
-        regular file has a helper on another core scanning blocks ahead (prefilter.Ahead)."""
+        regular file has a helper on another core scanning blocks ahead (matching/ahead.py)."""
         self.display = display or name
         ahead = _ahead(stream, self.m.prefilter)  # before the buffer: the helper needs its own only
         try:

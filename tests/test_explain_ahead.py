@@ -1,5 +1,5 @@
 """doctor explain on a large regular file: a forked helper runs the prefilter and counts newlines for
-the blocks it claims (matching/prefilter.Ahead). The report must be exactly the one the reader gives
+the blocks it claims (matching/ahead.py). The report must be exactly the one the reader gives
 alone, on real logs cut into many small blocks, when the helper dies, and where no helper is used."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import threading
 import pytest
 
 import matching.explain as ex
-import matching.prefilter as pf
+import matching.ahead as ah
 from matching.explain import default_matcher, explain_report
 
 from .conftest import ROOT
@@ -50,7 +50,7 @@ def answered(monkeypatch):
     reader waits for the helper's answers (it takes no block itself unless the helper has none, or
     is gone): how many blocks each scans is then not up to the scheduler."""
     seen: list[tuple[int, int]] = []
-    take = pf.Ahead.take
+    take = ah.Ahead.take
 
     def recording(self, k, start, end):
         out = take(self, k, start, end)
@@ -58,8 +58,8 @@ def answered(monkeypatch):
             seen.append((start, end))
         return out
 
-    monkeypatch.setattr(pf.Ahead, "take", recording)
-    monkeypatch.setattr(pf.Ahead, "share", False)
+    monkeypatch.setattr(ah.Ahead, "take", recording)
+    monkeypatch.setattr(ah.Ahead, "share", False)
     monkeypatch.setattr(ex, "BLOCK_BYTES", BLOCK)  # many blocks, lines cut at every boundary
     return seen
 
@@ -71,9 +71,9 @@ def test_the_helper_answers_blocks_and_the_report_is_the_readers_own(tmp_path, m
     assert _report([log], monkeypatch, alone=False) == alone
     assert alone["findings"][0]["rule"] == "memory-oom-log-prob"
     with open(log, "rb") as fh:  # the helper cut every block the way the reader did
-        spans = list(pf.block_spans(fh.fileno(), log.stat().st_size, BLOCK))
+        spans = list(ah.block_spans(fh.fileno(), log.stat().st_size, BLOCK))
     assert answered == spans and len(spans) > 20
-    monkeypatch.setattr(pf.Ahead, "share", True)  # both scan, as the scheduler has it
+    monkeypatch.setattr(ah.Ahead, "share", True)  # both scan, as the scheduler has it
     assert _report([log], monkeypatch, alone=False) == alone
 
 
@@ -124,9 +124,9 @@ def test_gzip_and_small_files_have_no_helper(tmp_path, monkeypatch, answered):
     gz = tmp_path / "run.log.gz"
     gz.write_bytes(gzip.compress(log.read_bytes()))
     small = tmp_path / "small.log"
-    small.write_bytes(log.read_bytes()[-(pf.AHEAD_MIN_BLOCKS - 1) * BLOCK:])
+    small.write_bytes(log.read_bytes()[-(ah.AHEAD_MIN_BLOCKS - 1) * BLOCK:])
     started = []
-    monkeypatch.setattr(pf, "Ahead", lambda *a: started.append(a))
+    monkeypatch.setattr(ah, "Ahead", lambda *a: started.append(a))
     for p in (gz, small):
         _report([p], monkeypatch, alone=False)
     assert not started
