@@ -1,0 +1,137 @@
+"""The cases of test_explain_ahead.py, which runs them in a fresh interpreter (no threads but its own).
+
+doctor explain on a large regular file: a forked helper runs the prefilter for the blocks it claims
+while the reader counts newlines (matching/ahead.py). The report must be exactly the one the reader
+gives alone, on real logs cut into many small blocks, when the helper dies, and where no helper is
+used."""
+from __future__ import annotations
+
+import gzip
+import os
+import signal
+import threading
+
+import pytest
+
+import matching.explain as ex
+import matching.ahead as ah
+from matching.explain import default_matcher, explain_report
+
+from .conftest import ROOT
+
+FIX = ROOT / "tests" / "fixtures" / "explain"
+# ../shared beside the checkout, or beside its parent (a git worktree under wt/)
+CLEAN = next((p / "shared/research/clean-logs" for p in ROOT.parents[:2]
+              if (p / "shared/research/clean-logs").is_dir()), ROOT.parent / "shared/research/clean-logs")
+BLOCK = 4096
+
+
+def _log(tmp_path, failures: list[str]):
+    """Real verl lines (a clean run, or the fixtures' own lines) with real failures between them."""
+    clean = CLEAN / "005.log"
+    if clean.exists():
+        filler = clean.read_bytes()[:60000]
+    else:
+        filler = (FIX / "ray-actor-died.log").read_bytes() * 60
+    log = tmp_path / "run.log"
+    with open(log, "wb") as fh:
+        for name in failures:
+            fh.write(filler)
+            fh.write((FIX / name).read_bytes().split(b"\n", 1)[1])
+        fh.write(filler[: len(filler) // 3])  # ends inside a line: the last line has no newline
+    return log
+
+
+def _report(paths, monkeypatch, alone: bool) -> dict:
+    monkeypatch.setenv("DOCTOR_AHEAD", "0" if alone else "1")
+    return explain_report([str(p) for p in paths]).to_dict()
+
+
+@pytest.fixture
+def answered(monkeypatch):
+    """The blocks the helper answered (the reader's check passes them through unchanged). The
+    reader waits for the helper's answers (it takes no block itself unless the helper has none, or
+    is gone): how many blocks each scans is then not up to the scheduler."""
+    seen: list[tuple[int, int]] = []
+    take = ah.Ahead.take
+
+    def recording(self, k, start, end):
+        out = take(self, k, start, end)
+        if out is not None:
+            seen.append((start, end))
+        return out
+
+    monkeypatch.setattr(ah.Ahead, "take", recording)
+    monkeypatch.setattr(ah.Ahead, "share", False)
+    monkeypatch.setattr(ex, "BLOCK_BYTES", BLOCK)  # many blocks, lines cut at every boundary
+    return seen
+
+
+def test_the_helper_answers_blocks_and_the_report_is_the_readers_own(tmp_path, monkeypatch, answered):
+    log = _log(tmp_path, ["memory-oom-log-prob.log", "ray-actor-died.log", "memory-oom-log-prob.log"])
+    alone = _report([log], monkeypatch, alone=True)
+    assert not answered
+    assert _report([log], monkeypatch, alone=False) == alone
+    assert alone["findings"][0]["rule"] == "memory-oom-log-prob"
+    with open(log, "rb") as fh:  # the helper cut every block the way the reader did
+        spans = list(ah.block_spans(fh.fileno(), log.stat().st_size, BLOCK))
+    assert answered == spans and len(spans) > 20
+    monkeypatch.setattr(ah.Ahead, "share", True)  # both scan, as the scheduler has it
+    assert _report([log], monkeypatch, alone=False) == alone
+
+
+def test_several_logs_and_one_without_a_failure(tmp_path, monkeypatch, answered):
+    a = _log(tmp_path, ["ray-actor-died.log"])
+    b = tmp_path / "quiet.log"
+    b.write_bytes(a.read_bytes().replace(b"Error", b"Notice").replace(b"error", b"notice"))
+    for paths in ([a, b], [b]):
+        assert _report(paths, monkeypatch, alone=False) == _report(paths, monkeypatch, alone=True)
+    assert answered
+
+
+def test_a_helper_that_dies_leaves_the_reader_alone(tmp_path, monkeypatch, answered):
+    log = _log(tmp_path, ["ray-actor-died.log", "memory-oom-log-prob.log"])
+    alone = _report([log], monkeypatch, alone=True)
+    reader, prefilter = os.getpid(), default_matcher().prefilter
+    candidates = prefilter.candidates
+    calls = [0]
+
+    def dying(view):
+        calls[0] += 1
+        if os.getpid() != reader and calls[0] > 3:  # the helper is killed after a few blocks
+            os.kill(os.getpid(), signal.SIGKILL)
+        return candidates(view)
+
+    monkeypatch.setattr(prefilter, "candidates", dying)
+    assert _report([log], monkeypatch, alone=False) == alone
+    assert len(answered) == 3
+
+
+def test_no_helper_is_forked_from_a_process_with_other_threads(tmp_path, monkeypatch, answered):
+    log = _log(tmp_path, ["memory-oom-log-prob.log"])
+    alone = _report([log], monkeypatch, alone=True)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert _report([log], monkeypatch, alone=False) == alone
+    finally:
+        stop.set()
+        other.join()
+    assert not answered
+    assert _report([log], monkeypatch, alone=False) == alone and answered
+
+
+def test_gzip_and_small_files_have_no_helper(tmp_path, monkeypatch, answered):
+    log = _log(tmp_path, ["memory-oom-log-prob.log"])
+    gz = tmp_path / "run.log.gz"
+    gz.write_bytes(gzip.compress(log.read_bytes()))
+    small = tmp_path / "small.log"
+    small.write_bytes(log.read_bytes()[-(ah.AHEAD_MIN_BLOCKS - 1) * BLOCK:])
+    started = []
+    monkeypatch.setattr(ah, "Ahead", lambda *a: started.append(a))
+    for p in (gz, small):
+        _report([p], monkeypatch, alone=False)
+    assert not started
+    assert _report([gz], monkeypatch, alone=False) == {**_report([log], monkeypatch, alone=True),
+                                                       "source": str(gz)}
