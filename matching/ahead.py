@@ -125,10 +125,11 @@ class Ahead:
                 return None
             if self.share and not self.poll.poll(0):  # nothing from the helper yet: take one too
                 token = os.read(self.tokens, 4)
-                if len(token) == 4 and int.from_bytes(token, sys.byteorder) == k:
-                    return None
                 if len(token) == 4:
-                    self.mine.add(int.from_bytes(token, sys.byteorder))
+                    claimed = int.from_bytes(token, sys.byteorder)
+                    if claimed == k:
+                        return None
+                    self.mine.add(claimed)
             self._receive()
         span, hits = self.ready.pop(k)
         return hits if span == (start, end) else None

@@ -226,9 +226,10 @@ def _ahead(stream: BinaryIO, prefilter) -> Ahead | None:
     if not isinstance(stream, io.BufferedReader) or not isinstance(raw, io.FileIO):
         return None  # gzip, a BytesIO: read here
     try:
-        if stream.tell() != 0 or not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):
+        st = os.fstat(raw.fileno())
+        if stream.tell() != 0 or not stat.S_ISREG(st.st_mode):
             return None
-        return start_ahead(prefilter, raw.fileno(), os.fstat(raw.fileno()).st_size, BLOCK_BYTES)
+        return start_ahead(prefilter, raw.fileno(), st.st_size, BLOCK_BYTES)
     except OSError:  # a pipe cannot tell; a helper that cannot start leaves the reader alone
         return None
 
@@ -375,9 +376,9 @@ class _Numbers:
 
     def __init__(self, buf, first: int, known: tuple[list[int], list[int]] | None = None):
         self.count = buf.count
-        self.at, self.n = [0], [first]      # ascending (position, number)
-        if known:  # (positions from 0 up, newlines before each): counted already
-            self.at, self.n = known[0], [first + c for c in known[1]]
+        # ascending (position, number); `known`: positions from 0 up and the newlines before each
+        at, before = known or ([0], [0])
+        self.at, self.n = at, [first + c for c in before]
         self.cur, self.cur_n = 0, first     # the last one asked
 
     @staticmethod

@@ -125,4 +125,3 @@ def make_prefilter(patterns: list[str], cheap: frozenset[int] = frozenset()):
         except Exception:  # not installed, or a pattern it cannot take: RE2 is slower, never wrong
             pass
     return Re2Prefilter(patterns)
-

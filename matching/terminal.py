@@ -545,8 +545,8 @@ def _where(exc: Exc) -> list[str]:
     if cross:
         paths.append("cross:" + cross)
     lack = LACKING.search(exc.msg) if exc.type.endswith("AttributeError") else None
-    caller = next((p for _, p, f in reversed(exc.frames) if f != "__getattr__"), None)
-    if lack and caller and _under(lack.group(1), caller):
+    caller = lack and next((p for _, p, f in reversed(exc.frames) if f != "__getattr__"), None)
+    if caller and _under(lack.group(1), caller):
         paths.append("same:" + caller)   # the package's own code calls what the package lacks: not two versions
     return paths
 
