@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+# ../shared beside the checkout, or beside its parent (a git worktree under wt/)
+SHARED = next((p / "shared" for p in ROOT.parents[:2] if (p / "shared").is_dir()), ROOT.parent / "shared")
 
 
 def run_doctor(*args: str, cwd: str | os.PathLike | None = None, env: dict | None = None,

@@ -17,12 +17,10 @@ import matching.explain as ex
 import matching.ahead as ah
 from matching.explain import default_matcher, explain_report
 
-from .conftest import ROOT
+from .conftest import ROOT, SHARED
 
 FIX = ROOT / "tests" / "fixtures" / "explain"
-# ../shared beside the checkout, or beside its parent (a git worktree under wt/)
-CLEAN = next((p / "shared/research/clean-logs" for p in ROOT.parents[:2]
-              if (p / "shared/research/clean-logs").is_dir()), ROOT.parent / "shared/research/clean-logs")
+CLEAN = SHARED / "research" / "clean-logs"
 BLOCK = 4096
 
 
