@@ -87,7 +87,8 @@ def explain(logs, as_json, show_all, list_rules):
     """Name the root cause of a failed run from its log(s), with the evidence and the fix.
 
     LOG may be a file, a .gz file, or - for stdin. Several logs (e.g. one per node) are read as
-    one incident.
+    one incident. A large plain file is scanned with a helper process on a second core
+    (DOCTOR_AHEAD=0: one process only).
     """
     if list_rules:
         _list(as_json)
