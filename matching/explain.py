@@ -529,6 +529,7 @@ class Scan:
         newlines = number(end) - line_base - 1
         if self.collector is not None:
             self._progress(buf, end, line_base + newlines, name)
+            self._tail(buf, end, number, name)
         return newlines
 
     def _progress(self, buf, end: int, lines_at_end: int, name: str | None) -> None:
@@ -546,6 +547,14 @@ class Scan:
                     self.collector.note_progress(name, lines_at_end - buf.count(b"\n", ls, end) + 1)
                     break
                 stop = pos
+
+    def _tail(self, buf, end: int, number, name: str | None) -> None:
+        """The block's last whole lines, for a traceback the log ends inside (its frames follow
+        the header the layer keeps); a line longer than the tail keeps nothing."""
+        ts = 0
+        if end > terminal.TAIL_BYTES:
+            ts = buf.find(b"\n", end - terminal.TAIL_BYTES, end) + 1 or end
+        self.collector.note_tail(name, number(ts), bytes(buf[ts:end]))
 
     def _satisfy(self, starts: list[int], lines: list[bytes], number, name: str | None) -> None:
         """Record the first error-like line that each cheap `requires` pattern matches exactly."""

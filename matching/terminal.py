@@ -40,6 +40,7 @@ LAST_EVENTS = 16           # and the last ones
 TAIL_PER_BLOCK = 32        # after the first ones, a block's last candidates only
 KEY_CACHE = 4096           # distinct flagged lines whose key is remembered
 FRAMES_SHOWN = 1           # innermost frames shown as evidence
+TAIL_BYTES = 16 << 10      # each file's last bytes: the frames of a traceback the log ends inside
 MAX_FINDINGS = 3
 NEAR_RULE = 5              # a flagged line this close to a rule's line is part of that report
 
@@ -334,6 +335,7 @@ class Collector:
         self._keys: dict[bytes, str | None] = {}   # line -> key: the cache
         self._full: set[str] = set()               # keys whose first slots are taken
         self.progress: dict[str | None, int] = {}   # file -> last line showing the run went on
+        self.tails: dict[str | None, tuple[int, bytes]] = {}   # file -> (first line's number, its last bytes)
 
     def block(self, buf, starts: list[int], lines: list[bytes], name: str | None, number) -> None:
         """A block's flagged lines (start offsets, the lines' bytes); number(offset) gives a line's
@@ -387,6 +389,26 @@ class Collector:
         if len(raw_line) <= 2048:
             self._keys[raw_line] = key
         return key
+
+    def note_tail(self, name: str | None, first: int, data: bytes) -> None:
+        """A block's last whole lines, from line `first` on; a short block extends the tail before it
+        (blocks end on a newline), so the file's last TAIL_BYTES are kept however its blocks fell."""
+        old = self.tails.get(name)
+        if old and len(data) < TAIL_BYTES and old[0] + old[1].count(b"\n") == first:
+            first, data = old[0], old[1] + data
+        cut = data.find(b"\n", len(data) - TAIL_BYTES) + 1 if len(data) > TAIL_BYTES else 0
+        self.tails[name] = (first + data.count(b"\n", 0, cut), data[cut:])
+
+    def tail_lines(self, name: str | None, after: int) -> list:
+        """The file's kept last lines numbered above `after`, cleaned."""
+        first, data = self.tails.get(name, (0, b""))
+        out = []
+        for i, raw in enumerate(data.split(b"\n")):
+            if first + i > after and raw:
+                ln = self.clean(raw)
+                ln.n, ln.file = first + i, name
+                out.append(ln)
+        return out
 
     def note_progress(self, name: str | None, n: int) -> None:
         self.progress[name] = max(n, self.progress.get(name, 0))
@@ -614,6 +636,7 @@ class Verdict:
     exc: Exc | None
     member: Member | None = None
     code: str = ""
+    tail: list = field(default_factory=list)   # a cut traceback's innermost frame, from the log's end
 
     @property
     def category(self) -> str:
@@ -698,6 +721,8 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
             seen[key][1] += 1
             continue
         seen[key] = [v, 1]
+        if v.cls.cut:
+            v.tail = _cut_frames(col, e)
         verdicts.append(v)
     if not any(not (v.cls.terminal or v.cls.after) for v in verdicts):  # nothing specific: a wrapper's type
         for v in _wrapped(evs, col, explained, g):
@@ -709,6 +734,19 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
         seen = {(v.cls.id, ""): [v, 1] for v in verdicts}
     verdicts.sort(key=lambda v: (v.cls.terminal or v.cls.after, v.event.key))
     return [(v, seen[(v.cls.id, v.member.meaning if v.member else "")][1]) for v in verdicts][:MAX_FINDINGS]
+
+
+def _cut_frames(col: Collector, e: Event) -> list:
+    """The innermost frames below a header the log ends on (same process), with the source line
+    Python printed under the last one: where the run was when its output stopped."""
+    below = [ln for ln in col.tail_lines(e.line.file, e.line.n) if ln.process == e.line.process]
+    at = [i for i, ln in enumerate(below) if FRAME.search(ln.text)]
+    if not at:
+        return []
+    shown = [below[i] for i in at[-FRAMES_SHOWN:]]
+    if at[-1] + 1 < len(below) and below[at[-1] + 1].text.strip():
+        shown.append(below[at[-1] + 1])
+    return shown
 
 
 def _wrapped(evs: list[Event], col: Collector, claimed: set, g: Generic) -> list[Verdict]:
@@ -741,7 +779,7 @@ def evidence(v: Verdict) -> list:
     """Lines to show: the cause's line and its innermost frame, and the chain's last line."""
     ev = v.event
     if v.exc is None:
-        return [ev.line]
+        return [ev.line] + v.tail
     out = [f[0] for f in v.exc.frames[-FRAMES_SHOWN:]] + [v.exc.line]
     if ev.chain and ev.chain[-1] is not v.exc:
         out.append(ev.chain[-1].line)

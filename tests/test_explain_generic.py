@@ -890,6 +890,28 @@ def test_a_log_that_ends_inside_a_traceback_says_so(tmp_path):
     assert page.returncode == 0 and "when the log ends on it" in page.stdout
 
 
+def test_a_cut_traceback_shows_where_the_run_was(tmp_path, monkeypatch):
+    # the innermost frame and its source line come from the log's end, past the header the layer
+    # keeps; with small blocks the frames lie in later blocks than the header, the last one short
+    code = "".join(f"def load{k}(d):\n    return load{k + 1}(d)\n" for k in range(40))
+    out = python_output(code + "def load40(d):\n    return d['shard']\nload0({})\n", tmp_path)
+    lines = out.splitlines(keepends=True)
+    inner = max(i for i, ln in enumerate(lines) if ln.startswith('  File "'))
+    assert "in load40" in lines[inner]
+    cut = "".join(lines[:inner + 2])                  # the paste stopped after the innermost frame
+    log = "".join(f"INFO loading weights {i}\n" for i in range(300)) + cut
+    from matching import explain as ex
+    for block, tail in ((ex.BLOCK_BYTES, terminal.TAIL_BYTES), (4096, terminal.TAIL_BYTES), (1500, 1000), (1500, 300)):
+        monkeypatch.setattr(ex, "BLOCK_BYTES", block)
+        monkeypatch.setattr(terminal, "TAIL_BYTES", tail)
+        f = explain_text(log, matcher=layer_alone())[0]
+        assert f.rule == "generic-traceback-cut"
+        texts = [ln.text for ln in f.lines]
+        assert "Traceback (most recent call last)" in texts[0], block
+        assert texts[1:] == [lines[inner].rstrip("\n"), lines[inner + 1].rstrip("\n")], (block, texts)
+        assert [ln.n for ln in f.lines[1:]] == [log.count("\n") - 1, log.count("\n")], block
+
+
 def test_a_type_of_an_errors_module_is_read_whatever_its_ending(tmp_path):
     # omegaconf.errors.MissingMandatoryValue ends in neither Error nor Exception: before, no event at all
     out = python_output("from omegaconf import OmegaConf\n"
