@@ -62,6 +62,14 @@ _ANSI = re.compile(r"(?:\x1b|#033)\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _RAY_PREFIX = re.compile(
     r"^\((?:(?P<name>[A-Za-z_][\w.:\-]*)(?: pid=(?P<pid>\d+)| \+[\d.]+[smh])?|pid=(?P<pid2>\d+))"
     r"(?:, ip=(?P<ip>[0-9A-Fa-f.:]+))?\) ?")
+# What a log collector puts before each line, stripped like Ray's prefix (before or after it):
+# `docker compose logs` "name  | " (padded to the longest service name; --timestamps adds an RFC 3339
+# time after it); `kubectl logs --prefix` "[pod/NAME/CONTAINER] " and --timestamps "2024-07-27T12:34:56.123Z ";
+# GitHub Actions' downloaded logs, the same RFC 3339 time; syslog/journald "Dec  1 12:00:00 host unit[pid]: "
+# and Jenkins' timestamper "Nov 20 16:03:25 ".
+_CAPTURE = re.compile(
+    r"^(?:[A-Za-z0-9][\w.-]{0,63} +\| |\[pod/[^\]\s]+\] |\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) |"
+    r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d (?:[\w.-]+ [\w.@/-]+(?:\[\d+\])?: )?)")
 _RAY_REPEAT = re.compile(r"\[repeated \d+x across cluster\]")
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
@@ -240,13 +248,15 @@ def clean_line(raw: bytes) -> Line:
     if "\x1b" in text or "#033[" in text:
         text = _ANSI.sub("", text)
     node = process = None
-    m = _RAY_PREFIX.match(text)
-    while m:  # nested prefixes: keep the innermost process, the first ip seen
-        name, pid = m.group("name"), m.group("pid") or m.group("pid2")
-        process = f"{name} pid={pid}" if name and pid else (name or f"pid={pid}")
-        node = node or m.group("ip")
-        text = text[m.end():]
+    while True:  # nested prefixes: keep the innermost process, the first ip seen
         m = _RAY_PREFIX.match(text)
+        if m:
+            name, pid = m.group("name"), m.group("pid") or m.group("pid2")
+            process = f"{name} pid={pid}" if name and pid else (name or f"pid={pid}")
+            node = node or m.group("ip")
+        elif not (text[:1].isalnum() or text[:1] == "[") or not (m := _CAPTURE.match(text)):
+            break
+        text = text[m.end():]
     if text.endswith("across cluster]"):  # string ops, not a regex: linear on any line
         cut = text.rfind("[repeated ")
         if cut >= 0 and _RAY_REPEAT.fullmatch(text, cut):

@@ -382,7 +382,7 @@ class Collector:
             elif m:
                 key = m.group(1).rsplit(b".", 1)[-1].decode("ascii", "replace")
             else:
-                hit = self.line_set.Match(head.decode("utf-8", "replace")) if self.line_set else []
+                hit = self.line_set.Match(self.clean(head).text) if self.line_set else []  # past any prefix
                 key = f"line:{min(hit)}" if hit else None
         if len(self._keys) >= KEY_CACHE:
             self._keys.clear()

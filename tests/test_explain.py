@@ -124,6 +124,37 @@ def test_ray_prefix_ansi_crlf_and_node_evidence(tmp_path):
     assert not oom.text.startswith("(") and "\r" not in oom.text and "\x1b" not in oom.text
 
 
+# What collectors put before every line (matching/explain.py _CAPTURE names their sources)
+CAPTURES = {"docker compose logs": "verl-trainer-1  | ",
+            "docker compose logs -t": "verl-trainer-1  | 2025-03-04T05:06:07.123456789Z ",
+            "kubectl logs --prefix": "[pod/verl-head-7f9c/ray-head] ",
+            "kubectl logs --timestamps": "2025-03-04T05:06:07.123456789Z ",
+            "journald": "Mar  4 05:06:07 node-1 python3[4242]: "}
+
+
+@pytest.mark.parametrize("capture", sorted(CAPTURES))
+def test_a_collectors_prefix_on_every_line_changes_no_finding(capture):
+    # every fixture, as it reads when collected: the same first finding, on the same lines
+    def first(text):
+        return [(f.rule, f.category, [ln.n for ln in f.lines]) for f in explain_text(text)][:1]
+    differ = []
+    for path in sorted(FIX.glob("*.log")):
+        text = body(path.name)
+        prefixed = "".join(CAPTURES[capture] + ln for ln in text.splitlines(keepends=True))
+        if first(prefixed) != first(text):
+            differ.append(path.name)
+    assert not differ, differ
+
+
+def test_a_collectors_prefix_before_rays_keeps_the_process_and_node():
+    text = "".join("[pod/verl-worker-1/main] (WorkerDict pid=4242, ip=10.1.2.3) " + ln
+                   for ln in body("memory-oom-log-prob.log").splitlines(keepends=True))
+    top = explain_text(text)[0]
+    oom = [ln for ln in top.lines if "CUDA out of memory" in ln.text][0]
+    assert (top.rule, oom.node, oom.process) == ("memory-oom-log-prob", "10.1.2.3", "WorkerDict pid=4242")
+    assert not oom.text.startswith(("[", "("))
+
+
 def test_colour_codes_as_rsyslog_escapes_them(tmp_path):
     # rsyslog stores the ESC byte as "#033": Ray's coloured prefixes then read "#033[2m#033[33m(raylet)#033[0m"
     raw = ("\x1b[2m\x1b[33m(raylet, ip=10.1.2.3)\x1b[0m " + line for line in body("ray-oom-killer.log").splitlines())
