@@ -70,6 +70,10 @@ _RAY_PREFIX = re.compile(
 _CAPTURE = re.compile(
     r"^(?:[A-Za-z0-9][\w.-]{0,63} +\| |\[pod/[^\]\s]+\] |\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) |"
     r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d (?:[\w.-]+ [\w.@/-]+(?:\[\d+\])?: )?)")
+# A rank's own prefix: torchrun's tee'd output (torch/distributed/elastic/multiprocessing/api.py: "[default0]:",
+# role and local rank; "[rank0]:" from 2.3's log_line_prefix_template default) and `srun --label` ("0: ", padded to
+# the widest task number). It names the process, so that the tracebacks of interleaved ranks stay apart.
+_RANK = re.compile(r"^\[(?:rank|default)(\d+)\]: ?| {0,4}(\d{1,5}): ")
 _RAY_REPEAT = re.compile(r"\[repeated \d+x across cluster\]")
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
@@ -254,6 +258,8 @@ def clean_line(raw: bytes) -> Line:
             name, pid = m.group("name"), m.group("pid") or m.group("pid2")
             process = f"{name} pid={pid}" if name and pid else (name or f"pid={pid}")
             node = node or m.group("ip")
+        elif (m := _RANK.match(text)) is not None:
+            process = process or f"rank {m.group(1) or m.group(2)}"
         elif not (text[:1].isalnum() or text[:1] == "[") or not (m := _CAPTURE.match(text)):
             break
         text = text[m.end():]

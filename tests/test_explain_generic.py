@@ -749,6 +749,21 @@ def test_an_import_that_fails_in_a_source_tree_is_imports(tmp_path):
     assert layer_verdict(out) == ("generic-import-source-tree", "imports")
 
 
+@pytest.mark.parametrize("label", ["[rank{}]:", "[default{}]:", "{}: "])
+def test_interleaved_ranks_keep_their_own_tracebacks(tmp_path, label):
+    # torchrun's tee'd output and srun --label interleave the ranks' lines; each rank's frames are its own
+    tree = import_output(tmp_path, {"ck/vllm_doc/__init__.py": "import vllm_doc._C\n"}, "import vllm_doc",
+                         pythonpath=str(tmp_path / "ck"))
+    user = import_output(tmp_path, {"job/train.py": "import verl_doctor_absent_module\n"}, "import train",
+                         pythonpath=str(tmp_path / "job"))
+    a, b = tree.splitlines(), user.splitlines()
+    mixed = [label.format(r) + " " + ln for pair in zip(a, b) for r, ln in zip((1, 0), pair)]
+    mixed += [label.format(1) + " " + ln for ln in a[len(b):]] + [label.format(0) + " " + ln for ln in b[len(a):]]
+    found = explain_text("\n".join(mixed) + "\n", matcher=layer_alone())
+    assert ("generic-import-source-tree", "imports") in [(f.rule, f.category) for f in found], found
+    assert all(ln.process == "rank 1" for ln in found[0].lines)
+
+
 def test_a_package_absent_from_a_script_outside_any_install_is_versions(tmp_path):
     # before: any import error raised in a file outside site-packages (every user's own script) was "imports"
     out = import_output(tmp_path, {"job/train.py": "import verl_doctor_absent_module\n"}, "import train",
