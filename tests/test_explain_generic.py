@@ -476,6 +476,12 @@ def test_shell_cannot_find_the_script_and_the_exit_ranks_after_it(tmp_path):
      "generic-out-of-memory", "memory"),
     ("[node1:2211 :0:2230] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x8)",
      "generic-native-crash", "other"),
+    # debuggers' reports of the signal (gdb infrun.c print_signal_received_reason; lldb's thread stop reason)
+    ("Program received signal SIGILL, Illegal instruction.", "generic-native-crash", "versions"),
+    ("* thread #1, name = 'python3', stop reason = signal SIGSEGV: invalid address (fault address: 0x0)",
+     "generic-native-crash", "other"),
+    # glog's / absl's failure signal handler
+    ("*** SIGILL received at time=1733050000 on cpu 3 ***", "generic-native-crash", "versions"),
 ])
 def test_error_line_forms_from_their_printing_source(text, cid, category):
     top = explain_text("step:0 - starting\n" + text + "\n", matcher=layer_alone())[0]
@@ -1098,6 +1104,25 @@ def test_a_bus_error_is_shared_memory_run_out(tmp_path):
     assert layer_verdict(sh) == ("generic-out-of-memory", "memory")
     # a segmentation fault stays a native crash
     assert layer_verdict(fh.replace("Bus error", "Segmentation fault")) == ("generic-native-crash", "other")
+
+
+def test_an_illegal_instruction_is_a_build_for_another_cpu(tmp_path):
+    # a real SIGILL, as Python's faulthandler and the shell report it: the signal family's member says which
+    # (before: faulthandler's form was no finding at all, the shell's "Illegal instruction" neither)
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGILL)"
+    fh = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True, timeout=60).stdout
+    assert "Fatal Python error: Illegal instruction" in fh, fh
+    assert layer_verdict(fh) == ("generic-native-crash", "versions")
+    sh = subprocess.run(["bash", "-c", f"{sys.executable} -c '{code}'\necho next"], stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True, timeout=60).stdout
+    assert "Illegal instruction" in sh, sh
+    assert layer_verdict(sh) == ("generic-native-crash", "versions")
+    found = explain_text(sh, matcher=layer_alone())[0]
+    assert "SIGILL" in found.title and "lscpu" in found.fix
+    # the same family keeps a segmentation fault and an abort "other"
+    assert layer_verdict(fh.replace("Illegal instruction", "Segmentation fault")) == ("generic-native-crash", "other")
+    assert layer_verdict(sh.replace("Illegal instruction", "Aborted")) == ("generic-native-crash", "other")
 
 
 def test_hccls_own_error_log_line_is_network():
