@@ -148,7 +148,7 @@ def test_warnings_are_not_failures(tmp_path):
     ("generic-cuda-error.log", "versions"), ("generic-nccl-error.log", "network"),
     ("generic-version-mismatch.log", "versions"), ("generic-api-mismatch.log", "versions"),
     ("generic-ray-cluster.log", "cluster"), ("generic-connection--2.log", "network"),
-    ("generic-path-permission.log", "workdir"), ("generic-native-crash--2.log", "other"),
+    ("generic-path-permission.log", "other"), ("generic-native-crash--2.log", "other"),
     ("generic-pip-resolution--3.log", "versions"),
 ])
 def test_generic_categories_follow_the_issue(fixture, category):
@@ -569,7 +569,7 @@ def test_vllm_memory_refusals_from_their_printing_source(text):
     ("NodeDiedError('Task failed because node 7b1f has died')", "generic-ray-cluster", "cluster"),
     ("ActorUnschedulableError('the placement group was removed')", "generic-ray-cluster", "cluster"),
     ("ObjectStoreFullError('Failed to put object: the object store is full')", "generic-out-of-memory", "memory"),
-    ("OutOfDiskError('Local disk is full')", "generic-path-permission", "workdir"),
+    ("OutOfDiskError('Local disk is full')", "generic-path-permission", "other"),
 ])
 def test_rays_own_errors_are_classed_by_their_type(tmp_path, raise_, cid, category):
     # raised from the driver's own code: no Ray frame to place them, the type says what failed
@@ -1061,7 +1061,7 @@ def test_a_package_the_message_says_is_missing_is_versions():
 def test_a_full_disk_printed_by_pip_is_workdir():
     import os
     text = f"ERROR: Could not install packages due to an OSError: [Errno 28] {os.strerror(28)}\n"
-    assert layer_verdict(text) == ("generic-path-permission", "workdir")
+    assert layer_verdict(text) == ("generic-path-permission", "other")
 
 
 def test_a_rank_waiting_for_rank0s_nccl_id_is_a_consequence(tmp_path):
