@@ -97,6 +97,9 @@ LOGGED = re2.compile(r"\b(?:ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL)\b")
 WARNING_LINE = re2.compile(r"^\s*(?:\[?\w+\s?\d*\]?\s)?(?:WARNING|WARN|INFO|DEBUG)\b|^\[?[WI]\d{4}\b|"
                            r"^\S+:\d+: \w*Warning: |\b(?:User|Future|Deprecation|Runtime|Resource)Warning\b|"
                            r"\bNCCL (?:INFO|WARN)\b|^.{0,80}?\[(?:INFO|WARNING|WARN|DEBUG|EVENT|TRACE)\]")
+# ... except NCCL's trace of an error result (src/include/checks.h: INFO "file:line [(function)] -> N"), which is
+# printed at INFO level but only when a call failed (N: an ncclResult_t error, 1-6)
+NCCL_TRACE = re2.compile(r"NCCL INFO [\w/.-]+\.(?:cc|cu|h|cpp):\d+(?: \(\w+\))? -> [1-6]\b")
 # The exception type of a raw line, found cheaply (no decoding, no prefix stripping)
 KEY_RX = re2.compile(rb"(?:^|[\s)\]:\"])((?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|Exception|StopIteration|gaierror|herror)|"
                      rb"(?:[A-Za-z_]\w*\.){0,5}(?:[A-Za-z_]*(?:exceptions?|errors?|exc)\.[A-Z]\w*|Arrow[A-Z]\w*))"
@@ -501,7 +504,7 @@ def parse(raw: Raw, clean) -> Event | None:
     """The event of a flagged line: a plain line, or an exception with its traceback and chain."""
     lines = _lines_of(raw, clean)
     me = lines[len(lines) - 1]
-    if WARNING_LINE.search(me.text):
+    if WARNING_LINE.search(me.text) and not NCCL_TRACE.search(me.text):
         return None                                  # warnings are not failures
     ev = Event(me)
     end, m = len(lines) - 1, EXC_LINE.search(me.text)

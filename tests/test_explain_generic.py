@@ -476,6 +476,10 @@ def test_shell_cannot_find_the_script_and_the_exit_ranks_after_it(tmp_path):
      "generic-out-of-memory", "memory"),
     ("[node1:2211 :0:2230] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x8)",
      "generic-native-crash", "other"),
+    # NCCL's trace of an error result on its way up (src/include/checks.h), before and after 2.2x added the function
+    ("node1:2330:2658 [2] NCCL INFO misc/socket.cc:567 -> 2", "generic-nccl-error", "network"),
+    ("node1:2330:2658 [2] NCCL INFO transport/net.cc:1012 (ncclTransportP2pSetup) -> 6", "generic-nccl-error", "network"),
+    ("node1:2330:2658 [2] NCCL INFO enqueue.cc:1500 -> 1", "generic-nccl-error", "other"),
     # debuggers' reports of the signal (gdb infrun.c print_signal_received_reason; lldb's thread stop reason)
     ("Program received signal SIGILL, Illegal instruction.", "generic-native-crash", "versions"),
     ("* thread #1, name = 'python3', stop reason = signal SIGSEGV: invalid address (fault address: 0x0)",
@@ -1104,6 +1108,13 @@ def test_a_bus_error_is_shared_memory_run_out(tmp_path):
     assert layer_verdict(sh) == ("generic-out-of-memory", "memory")
     # a segmentation fault stays a native crash
     assert layer_verdict(fh.replace("Bus error", "Segmentation fault")) == ("generic-native-crash", "other")
+
+
+def test_nccl_info_lines_are_no_failure_unless_they_trace_an_error_result():
+    ok = ("node1:2330:2658 [2] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n"
+          "node1:2330:2658 [2] NCCL INFO Channel 00/02 :    0   1\n"
+          "node1:2330:2658 [2] NCCL INFO init.cc:1400 -> 7 [Async thread]\n")   # 7: ncclInProgress, no error
+    assert explain_text(ok, matcher=layer_alone()) == []
 
 
 def test_an_illegal_instruction_is_a_build_for_another_cpu(tmp_path):
