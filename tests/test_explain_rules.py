@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from matching.catalog import load_rules
-from matching.explain import Matcher, explain_paths, explain_report
+from matching.explain import Matcher, explain_paths, explain_report, explain_text
 from matching.terminal import generic
 
 from .conftest import SHARED
@@ -109,3 +109,14 @@ def test_no_orphan_fixtures():
 def test_clean_logs_have_no_finding(path):
     found = explain_paths([str(path)])
     assert found == [], f"{path.name}: false finding {[(f.rule, f.lines[0].text) for f in found]}"
+
+
+def test_a_too_long_sequence_is_the_cause_only_when_indexing_failed():
+    # transformers' warning alone is no failure (a preprocessing step that truncates later runs on)
+    text = (FIXTURES / "sequence-longer-than-model.log").read_text().split("\n", 1)[1]
+    warning = next(ln for ln in text.splitlines() if "Token indices sequence length" in ln)
+    assert [f.rule for f in explain_text(warning + "\nstep:1 - loss:0.5\n")] == []
+    assert explain_text(text)[0].rule == "sequence-longer-than-model"
+    # with CUDA's form of the same failure it outranks the device-side assert it explains
+    cuda = (FIXTURES / "sequence-longer-than-model--cuda.log").read_text().split("\n", 1)[1]
+    assert [f.rule for f in explain_text(cuda, all=True)][:2] == ["sequence-longer-than-model", "cuda-device-side-assert"]
