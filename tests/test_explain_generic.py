@@ -625,6 +625,24 @@ def test_a_missing_data_file_relative_or_absolute(tmp_path, path, cid, category)
     assert layer_verdict(out) == (cid, category)
 
 
+def test_a_dataset_the_data_libraries_cannot_find_is_data(tmp_path, monkeypatch):
+    # datasets resolves a relative path against the launch directory before it looks (load.py), and a loader's own
+    # check may raise ValueError (LLaMA-Factory data/loader.py): before, the first was workdir, the second a schema error
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    out = python_output("import datasets\ndatasets.load_dataset('./data/gsm8k_prepared')\n", tmp_path)
+    assert f"FileNotFoundError: Couldn't find any data file at {tmp_path}/data/gsm8k_prepared" in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-data-file-not-found", "data")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "loader.py").write_text(
+        "import os\ndef load(path):\n    if not os.path.isfile(path):\n"
+        "        raise ValueError(f'File {path} not found.')\n")
+    out = python_output("import sys\nsys.path.insert(0, 'data')\nimport loader\nloader.load('data/mllm_dome.json')\n",
+                        tmp_path)
+    assert "ValueError: File data/mllm_dome.json not found." in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-data-file-not-found", "data")
+
+
 @pytest.mark.parametrize("code", [
     # the lazy mapping of model types (models/auto/configuration_auto.py): transformers < 4.46's form
     "from transformers import CONFIG_MAPPING\nCONFIG_MAPPING['qwen9_doctor']\n",
