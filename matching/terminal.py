@@ -82,15 +82,20 @@ EXCEPTION_PATTERNS = (r"^\s*(?:[\w.]+\.)?(?:AssertionError|KeyboardInterrupt|Mem
 # ("ray.exceptions.RayTaskError(KeyError): ray::WorkerDict.f() (pid=...)").
 # pytest heads each failed test's report with "____ test_name ____" (src/_pytest/terminal.py, summary_failures:
 # write_sep("_", ...)): the frames above it belong to another test.
-HEADER = re2.compile(r"Traceback \(most recent call last\):|\bray::[\w.<>]+\(\)(?: \(pid=\d+|\s*$)|^_{3,} \S.* _{3,}$")
+# IPython's (core/ultratb.py, the notebook's and the console's) names the type first, right-justifies the rest, no colon:
+# "PermissionError                           Traceback (most recent call last)".
+HEADER = re2.compile(r"Traceback \(most recent call last\):|\bray::[\w.<>]+\(\)(?: \(pid=\d+|\s*$)|^_{3,} \S.* _{3,}$|"
+                     r"^[A-Za-z_][\w.]*\s{2,}Traceback \(most recent call last\)\s*$")
 PY_HEADER = "Traceback (most recent call last)"
 # sys.unraisablehook's default output: an exception in __del__ or a callback, printed and ignored
 IGNORED = re2.compile(r"^Exception ignored (?:in|on|while)\b")
 # Searched, not anchored: torchrun's "[rank0]: " and vLLM's "ERROR <date> [file:line] " may precede.
 # And pytest's frame line (src/_pytest/_code/code.py, ReprFileLocation): "path:N: in func" (--tb=short);
 # --tb=long (the default) prints "path:N: " under each entry's source, the last one's with the type.
+# IPython's frames: "File /path/x.py:12, in f(a)" (8.x, core/tbtools.py) and "/path/x.py in f(a, b)" (up to 7.x).
 FRAME = re2.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)|'
-                    r'^(?P<tpath>[^\s:"]+\.py):\d+: ?(?:in (?P<tfunc>\S+)|[A-Z]\w*)?$')
+                    r'^(?P<tpath>[^\s:"]+\.py):\d+: ?(?:in (?P<tfunc>\S+)|[A-Z]\w*)?$|'
+                    r'^(?:File )?(?P<ipath>[~/][^\s:,]*\.py)(?::\d+,)? in (?P<ifunc>\w+)\(')
 CHAIN = re2.compile(r"(?:During handling of the above exception, another exception occurred|"
                     r"The above exception was the direct cause of the following exception):")
 LOGGED = re2.compile(r"\b(?:ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL)\b")
@@ -479,7 +484,8 @@ def _traceback_above(lines: list, end: int, process) -> tuple[list, int]:
             continue
         m = FRAME.search(ln.text)
         if m:
-            frames.append((ln, m.group("path") or m.group("tpath"), m.group("func") or m.group("tfunc") or ""))
+            frames.append((ln, m.group("path") or m.group("tpath") or m.group("ipath"),
+                           m.group("func") or m.group("tfunc") or m.group("ifunc") or ""))
         elif HEADER.search(ln.text):
             return frames[::-1], i
         elif CHAIN.search(ln.text.strip()) or EXC_LINE.search(ln.text):
@@ -733,7 +739,8 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
                 seen[(v.cls.id, "")] = [v, 1]
                 verdicts.append(v)
     if not verdicts:
-        verdicts = _consequences_alone(evs, col, explained | weak, g)
+        verdicts = _consequences_alone(evs, col, explained | weak, g) or (
+            [] if explained or weak else _ends_in_frames(col, g))
         seen = {(v.cls.id, ""): [v, 1] for v in verdicts}
     verdicts.sort(key=lambda v: (v.cls.terminal or v.cls.after, v.event.key))
     return [(v, seen[(v.cls.id, v.member.meaning if v.member else "")][1]) for v in verdicts][:MAX_FINDINGS]
@@ -750,6 +757,24 @@ def _cut_frames(col: Collector, e: Event) -> list:
     if at[-1] + 1 < len(below) and below[at[-1] + 1].text.strip():
         shown.append(below[at[-1] + 1])
     return shown
+
+
+def _ends_in_frames(col: Collector, g: Generic) -> list[Verdict]:
+    """A log with nothing else that ends inside a traceback's frames, no header kept (an excerpt
+    pasted from the middle, the header scrolled away): the cut class, from the frames at its end."""
+    cut = next((c for c in g.classes if c.cut), None)
+    for name in col.tails if cut else ():
+        lines = [ln for ln in col.tail_lines(name, 0) if ln.text.strip()]
+        last = next((i for i in range(len(lines) - 1, max(-1, len(lines) - 4), -1)
+                     if FRAME.search(lines[i].text)), None)
+        if last is None or not all(ln.text[:1].isspace() for ln in lines[last + 1:]):
+            continue  # not the end: an exception line (or anything not of the traceback) follows
+        first = last
+        while first > 0 and (FRAME.search(lines[first - 1].text) or lines[first - 1].text[:1].isspace()):
+            first -= 1
+        inner = [lines[last]] + lines[last + 1:last + 2]
+        return [Verdict(cut, Event(lines[first]), None, tail=inner if first != last else inner[1:])]
+    return []
 
 
 def _wrapped(evs: list[Event], col: Collector, claimed: set, g: Generic) -> list[Verdict]:

@@ -955,6 +955,33 @@ def test_a_cut_traceback_shows_where_the_run_was(tmp_path, monkeypatch):
         assert [ln.n for ln in f.lines[1:]] == [log.count("\n") - 1, log.count("\n")], block
 
 
+def test_an_excerpt_of_frames_only_that_the_log_ends_in_is_a_cut_traceback(tmp_path):
+    # a paste from the middle of a traceback: no header, no exception line, nothing else (before: "nothing matched")
+    out = python_output("def load(d):\n    return d['shard']\ndef main():\n    load({})\nmain()\n", tmp_path)
+    lines = out.splitlines(keepends=True)
+    frames = [ln for ln in lines if not ln.startswith(("Traceback", "KeyError"))]
+    assert frames and frames[0].startswith('  File "'), out
+    found = explain_text("".join(frames), matcher=layer_alone())
+    assert [(f.rule, f.category) for f in found] == [("generic-traceback-cut", "other")]
+    inner = max(i for i, ln in enumerate(frames) if ln.startswith('  File "'))
+    assert "in load" in frames[inner] and frames[inner].rstrip("\n") in [ln.text for ln in found[0].lines]
+    assert explain_text("".join(frames))[0].rule == "generic-traceback-cut"      # with the rules too
+    # with its exception line it is that exception's, and a log with more than frames is not read this way
+    assert layer_verdict("".join(frames) + "KeyError: 'shard'\n")[0] != "generic-traceback-cut"
+    assert explain_text("".join(frames) + "INFO step:2 done\n", matcher=layer_alone()) == []
+
+
+def test_ipythons_traceback_is_read(tmp_path):
+    # IPython's header names the type with no colon, its frames are "path in func(...)" (core/ultratb.py);
+    # a notebook cell's output cut before its exception line (ray-project/ray#3899, tuning part)
+    found = explain_text(body("generic-traceback-cut--ipython.log"), matcher=layer_alone())
+    assert [(f.rule, f.category) for f in found] == [("generic-traceback-cut", "other")]
+    assert "PermissionError" in found[0].lines[0].text and "ray/worker.py in init(" in found[0].lines[1].text
+    # the exception line after the frames makes it that exception's, raised where the frames say
+    full = body("generic-traceback-cut--ipython.log") + "\nPermissionError: [Errno 13] Permission denied: '/tmp/ray'\n"
+    assert layer_verdict(full) == ("generic-path-permission", "other")
+
+
 def test_a_type_of_an_errors_module_is_read_whatever_its_ending(tmp_path):
     # omegaconf.errors.MissingMandatoryValue ends in neither Error nor Exception: before, no event at all
     out = python_output("from omegaconf import OmegaConf\n"
