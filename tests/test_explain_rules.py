@@ -120,3 +120,16 @@ def test_a_too_long_sequence_is_the_cause_only_when_indexing_failed():
     # with CUDA's form of the same failure it outranks the device-side assert it explains
     cuda = (FIXTURES / "sequence-longer-than-model--cuda.log").read_text().split("\n", 1)[1]
     assert [f.rule for f in explain_text(cuda, all=True)][:2] == ["sequence-longer-than-model", "cuda-device-side-assert"]
+
+
+def test_vllms_invalid_model_path_inside_pydantics_report():
+    # vLLM >= 0.10 raises it from ModelConfig's validation: pydantic prints it on the line under its own
+    text = ("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+            "  Value error, Invalid repository ID or local directory specified: '/models/Qwen2-0.5B-Instruct'.\n"
+            "Please verify the following requirements:\n"
+            "1. Provide a valid Hugging Face repository ID.\n"
+            "2. Specify a local directory that contains a recognized configuration file.\n"
+            "   - For Hugging Face models: ensure the presence of a 'config.json'.\n")
+    top = explain_text(text)[0]
+    assert (top.rule, top.category) == ("verl-model-path-invalid", "workdir")
+    assert "Qwen2-0.5B-Instruct" in top.lines[0].text
