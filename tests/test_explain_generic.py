@@ -1140,15 +1140,21 @@ def test_a_package_asking_its_own_module_for_what_it_lacks_is_not_a_version_mism
     assert layer_verdict(other) == ("generic-api-mismatch", "versions")
 
 
-def test_a_bus_error_is_shared_memory_run_out(tmp_path):
-    # a real SIGBUS: Python's faulthandler, and the shell reporting its child (before: a native crash, "other")
-    code = "import os, signal; os.kill(os.getpid(), signal.SIGBUS)"
+def killed_by(signame: str) -> tuple[str, str]:
+    """A real interpreter killed by the signal, as Python's faulthandler and as the shell report it."""
+    code = f"import os, signal; os.kill(os.getpid(), signal.{signame})"
     fh = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], stdout=subprocess.PIPE,
                         stderr=subprocess.STDOUT, text=True, timeout=60).stdout
-    assert "Fatal Python error: Bus error" in fh, fh
-    assert layer_verdict(fh) == ("generic-out-of-memory", "memory")
     sh = subprocess.run(["bash", "-c", f"{sys.executable} -c '{code}'\necho next"], stdout=subprocess.PIPE,
                         stderr=subprocess.STDOUT, text=True, timeout=60).stdout
+    return fh, sh
+
+
+def test_a_bus_error_is_shared_memory_run_out():
+    # a real SIGBUS (before: a native crash, "other")
+    fh, sh = killed_by("SIGBUS")
+    assert "Fatal Python error: Bus error" in fh, fh
+    assert layer_verdict(fh) == ("generic-out-of-memory", "memory")
     assert " Bus error " in sh, sh
     assert layer_verdict(sh) == ("generic-out-of-memory", "memory")
     # a segmentation fault stays a native crash
@@ -1162,16 +1168,12 @@ def test_nccl_info_lines_are_no_failure_unless_they_trace_an_error_result():
     assert explain_text(ok, matcher=layer_alone()) == []
 
 
-def test_an_illegal_instruction_is_a_build_for_another_cpu(tmp_path):
-    # a real SIGILL, as Python's faulthandler and the shell report it: the signal family's member says which
-    # (before: faulthandler's form was no finding at all, the shell's "Illegal instruction" neither)
-    code = "import os, signal; os.kill(os.getpid(), signal.SIGILL)"
-    fh = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT, text=True, timeout=60).stdout
+def test_an_illegal_instruction_is_a_build_for_another_cpu():
+    # a real SIGILL: the signal family's member says which (before: faulthandler's form was no finding
+    # at all, the shell's "Illegal instruction" neither)
+    fh, sh = killed_by("SIGILL")
     assert "Fatal Python error: Illegal instruction" in fh, fh
     assert layer_verdict(fh) == ("generic-native-crash", "versions")
-    sh = subprocess.run(["bash", "-c", f"{sys.executable} -c '{code}'\necho next"], stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT, text=True, timeout=60).stdout
     assert "Illegal instruction" in sh, sh
     assert layer_verdict(sh) == ("generic-native-crash", "versions")
     found = explain_text(sh, matcher=layer_alone())[0]
