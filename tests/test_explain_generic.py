@@ -480,6 +480,8 @@ def test_shell_cannot_find_the_script_and_the_exit_ranks_after_it(tmp_path):
     ("node1:2330:2658 [2] NCCL INFO misc/socket.cc:567 -> 2", "generic-nccl-error", "network"),
     ("node1:2330:2658 [2] NCCL INFO transport/net.cc:1012 (ncclTransportP2pSetup) -> 6", "generic-nccl-error", "network"),
     ("node1:2330:2658 [2] NCCL INFO enqueue.cc:1500 -> 1", "generic-nccl-error", "other"),
+    # ms-swift's inference length check (llm/utils/utils.py), its words run together
+    ("AssertionError: Current sentence length exceedsthe model max_length: 2048", "generic-sequence-too-long", "data"),
     # debuggers' reports of the signal (gdb infrun.c print_signal_received_reason; lldb's thread stop reason)
     ("Program received signal SIGILL, Illegal instruction.", "generic-native-crash", "versions"),
     ("* thread #1, name = 'python3', stop reason = signal SIGSEGV: invalid address (fault address: 0x0)",
