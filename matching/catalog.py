@@ -28,7 +28,7 @@ RULES_DIR = Path(__file__).resolve().parents[1] / "knowledge" / "rules"
 ID_SHAPE = re2.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
 _REQUIRED = ("id", "category", "title", "platforms", "patterns", "cause", "fix", "references")
-_OPTIONAL = ("near", "requires", "phase", "specificity", "consequence")
+_OPTIONAL = ("near", "requires", "phase", "specificity", "consequence", "yields_to")
 
 
 class CatalogError(ValueError):
@@ -56,6 +56,9 @@ class Rule:
     phase: str | None = None
     specificity: int = 1
     consequence: bool = False
+    # generic classes (knowledge/generic.toml) that name this rule's line more precisely from what the rule cannot
+    # see (the frames): when one of them reads it so, its finding stands instead
+    yields_to: tuple[str, ...] = ()
     source: str = field(default="", compare=False)  # the file it came from
 
     def to_dict(self) -> dict:
@@ -63,7 +66,8 @@ class Rule:
                                              "specificity", "consequence")}
         out.update(platforms=list(self.platforms), patterns=list(self.patterns),
                    references=list(self.references), requires=self.requires,
-                   near={"pattern": self.near.pattern, "within": self.near.within} if self.near else None)
+                   near={"pattern": self.near.pattern, "within": self.near.within} if self.near else None,
+                   yields_to=list(self.yields_to))
         return out
 
 
@@ -141,11 +145,14 @@ def _rule_from_table(table: dict, source: str) -> Rule:
     consequence = table.get("consequence", False)
     if not isinstance(consequence, bool):
         raise CatalogError(f"{where}: consequence must be true or false")
+    yields_to = table.get("yields_to", [])
+    if not isinstance(yields_to, list) or not all(isinstance(c, str) and ID_SHAPE.match(c) for c in yields_to):
+        raise CatalogError(f"{where}: yields_to must be a list of generic class ids")
     return Rule(id=rid, category=table["category"], title=table["title"].strip(),
                 platforms=tuple(platforms), patterns=tuple(patterns), cause=table["cause"].strip(),
                 fix=table["fix"].strip(), references=tuple(refs), near=near,
                 requires=table.get("requires"), phase=phase, specificity=spec,
-                consequence=consequence, source=source)
+                consequence=consequence, yields_to=tuple(yields_to), source=source)
 
 
 def load_file(path: Path) -> list[Rule]:

@@ -627,11 +627,30 @@ class Scan:
         if self.collector is None:
             return rank(found)
         _demote(found, self.m.layer)
-        if any(not e.consequence for e in found):
-            return rank(found, self.m.layer)  # a rule names a cause: it ranks above the layer anyway
+        if any(not e.consequence for e in found):  # a rule names a cause: it ranks above the layer anyway
+            return rank(self._yielded(found, explained, weak), self.m.layer)
         verdicts = terminal.analyse(self.collector, explained, self.m.layer, frozenset(weak - explained))
         generic = [_generic_explanation(v, hits) for v, hits in verdicts]
         return rank(found + generic, self.m.layer)
+
+    def _yielded(self, found: list[Explanation], explained: set, weak: set) -> list[Explanation]:
+        """A rule's finding that the generic class it yields to reads more precisely (from the frames a
+        rule does not see: a missing module raised inside a source tree of its package) gives way."""
+        index = {rule.id: i for i, rule in enumerate(self.m.rules)}
+        yielding = {e.rule: self._lines_of_rule(index[e.rule]) for e in found
+                    if not e.generic and self.m.rules[index[e.rule]].yields_to}
+        if not yielding or self.collector is None:
+            return found
+        rest = explained - set().union(*yielding.values())
+        verdicts = terminal.analyse(self.collector, rest, self.m.layer, frozenset(weak - rest))
+        out = []
+        for e in found:
+            lines = yielding.get(e.rule, set())
+            wanted = self.m.rules[index[e.rule]].yields_to if lines else ()
+            v = next((v for v, _ in verdicts if v.cls.id in wanted
+                      and {(ln.file or "", ln.n) for ln in terminal.evidence(v)} & lines), None)
+            out.append(_generic_explanation(v, e.hits) if v else e)
+        return out
 
     def _lines_of_rule(self, i: int) -> set[tuple[str, int]]:
         """Every kept line a rule's patterns hit: the generic layer leaves them to the rule."""

@@ -262,6 +262,7 @@ def test_phase_rule_needs_its_phase_nearby():
     ('category = "gpu"', "unknown category"),
     ('phase = "backward"', "unknown phase"),
     ('patterns = ["x*"]', "matches the empty line"),
+    ('yields_to = "generic-import-source-tree"', "yields_to must be a list of generic class ids"),
 ])
 def test_catalog_rejects_bad_rules(tmp_path, snippet, message):
     key = snippet.split(" = ")[0]

@@ -39,7 +39,7 @@ from matching.catalog import load_rules
 from matching.explain import Matcher, explain_paths, explain_report, explain_text
 from matching.terminal import generic
 
-from .conftest import SHARED
+from .conftest import SHARED, run_doctor
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "explain"
 # runs that did not fail: the shared research corpus, and runs captured here
@@ -133,3 +133,29 @@ def test_vllms_invalid_model_path_inside_pydantics_report():
     top = explain_text(text)[0]
     assert (top.rule, top.category) == ("verl-model-path-invalid", "workdir")
     assert "Qwen2-0.5B-Instruct" in top.lines[0].text
+
+
+def test_a_rule_yields_only_to_generic_classes_that_exist():
+    ids = {c.id for c in generic().classes}
+    assert all(set(r.yields_to) <= ids for r in load_rules()), [r.id for r in load_rules() if set(r.yields_to) - ids]
+
+
+def test_a_missing_module_raised_in_a_source_checkout_of_its_package_is_imports(tmp_path):
+    # the first failure the project exists for: a vllm/ checkout (its compiled part never built) in the launch
+    # directory shadows the installed package. The missing-module rule yields to the source-tree class, which
+    # sees the frames; an installed package's missing module stays the rule's (versions).
+    import subprocess
+    import sys
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("from vllm._C import ops\n")
+    run = subprocess.run([sys.executable, "-c", "import vllm"], cwd=tmp_path, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin"}, timeout=60)
+    assert f'File "{tmp_path}/vllm/__init__.py"' in run.stderr and "No module named 'vllm._C'" in run.stderr
+    top = explain_text(run.stderr)[0]
+    assert (top.rule, top.category) == ("generic-import-source-tree", "imports")
+    assert any("No module named 'vllm._C'" in ln.text for ln in top.lines)
+    absent = subprocess.run([sys.executable, "-c", "import vllm_doctor_absent"], cwd=tmp_path, capture_output=True,
+                            text=True, env={"PATH": "/usr/bin:/bin"}, timeout=60)
+    assert explain_text(absent.stderr)[0].rule == "python-module-not-found"
+    page = run_doctor("rules", "python-module-not-found")
+    assert page.returncode == 0 and "unless the generic layer reads the same line as generic-import-source-tree" in page.stdout

@@ -170,6 +170,9 @@ def rules(rule_id, as_json):
         click.echo(f"\n  with, within {rule.near.within} lines:\n\n    {rule.near.pattern}")
     if rule.requires:
         click.echo(f"\n  and somewhere in the log:\n\n    {rule.requires}")
+    if rule.yields_to:
+        click.echo(f"\n  unless the generic layer reads the same line as {', '.join(rule.yields_to)} "
+                   "(from the frames around it), whose finding then stands instead")
     return _cause_fix_references(rule)
 
 
