@@ -26,6 +26,7 @@ import zlib
 from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import BinaryIO, Iterable
 
 import re2
@@ -269,6 +270,27 @@ def clean_line(raw: bytes) -> Line:
             text = text[:cut].rstrip()
     text = _UNPRINTABLE.sub("?", text)
     return Line(0, text, node, process)
+
+
+# What a directory of logs holds that is worth reading: Ray's session logs/ (worker-*.out/.err, raylet.out,
+# gcs_server.err, python-core-*.log), a node's collected logs, rotated and compressed ones.
+LOG_SUFFIXES = (".log", ".out", ".err", ".txt", ".gz")
+
+
+def log_paths(paths: list[str]) -> list[str]:
+    """The logs to read: a directory stands for the non-empty log files under it, in path order
+    (one node's Ray session logs/, or a folder per node)."""
+    out = []
+    for path in paths:
+        if path == "-" or not os.path.isdir(path):
+            out.append(path)
+            continue
+        found = sorted(str(f) for f in Path(path).rglob("*")
+                       if f.suffix in LOG_SUFFIXES and f.is_file() and f.stat().st_size)
+        if not found:
+            raise LogReadError(f"{path}: a directory with no log files ({' '.join(LOG_SUFFIXES)}) under it")
+        out.extend(found)
+    return out
 
 
 def open_log(path: str) -> tuple[BinaryIO, str]:
@@ -787,14 +809,15 @@ def rank(found: list[Explanation], layer: terminal.Generic | None = None) -> lis
 
 
 def explain_report(paths: list[str], all: bool = False, matcher: Matcher | None = None) -> Report:
-    """Scan every log in `paths` ("-" is stdin) and rank what they show. Raises LogReadError."""
+    """Scan every log in `paths` ("-" is stdin, a directory its log files) and rank what they show.
+    Raises LogReadError."""
     scan = Scan(matcher or default_matcher())
-    names = []
-    for path in paths:
+    names, files = [], log_paths(paths)
+    for path in files:
         stream, name = open_log(path)
         names.append(name)
         try:
-            scan.feed_stream(stream, name if len(paths) > 1 else None, display=name)
+            scan.feed_stream(stream, name if len(files) > 1 else None, display=name)
         except OSError as exc:
             if isinstance(exc, LogReadError):
                 raise
@@ -802,7 +825,7 @@ def explain_report(paths: list[str], all: bool = False, matcher: Matcher | None 
         finally:
             if path != "-":
                 stream.close()
-    return scan.report(names, all=all)
+    return scan.report(names if files == paths else list(paths), all=all)
 
 
 def explain_paths(paths: list[str], all: bool = False) -> list[Explanation]:

@@ -73,7 +73,7 @@ def test_cli_reads_stdin():
 
 @pytest.mark.parametrize("args,message", [
     (["/definitely/not/here.log"], "no such file"),
-    (["tests"], "is a directory"),
+    (["knowledge/schemas"], "a directory with no log files"),
     ([], "give a log file"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(args, message):
@@ -153,6 +153,29 @@ def test_a_collectors_prefix_before_rays_keeps_the_process_and_node():
     oom = [ln for ln in top.lines if "CUDA out of memory" in ln.text][0]
     assert (top.rule, oom.node, oom.process) == ("memory-oom-log-prob", "10.1.2.3", "WorkerDict pid=4242")
     assert not oom.text.startswith(("[", "("))
+
+
+def test_a_directory_stands_for_its_log_files(tmp_path):
+    # a folder per node, laid out as Ray writes its session logs: the cause (an OOM on node b) ranks above the
+    # consequence (node a's dead actor) whatever the file order, as with the files named one by one
+    a, b = tmp_path / "node-a" / "logs", tmp_path / "node-b" / "logs"
+    a.mkdir(parents=True)
+    b.mkdir(parents=True)
+    (a / "worker-01-ffff-111.err").write_text(body("ray-actor-died.log"))
+    (b / "worker-02-ffff-222.err").write_text(body("memory-oom-log-prob.log"))
+    (b / "raylet.out").write_text("")                          # empty: skipped
+    (b / "gcs_server.pb").write_bytes(b"\x00\x01binary")         # not a log
+    files = [str(a / "worker-01-ffff-111.err"), str(b / "worker-02-ffff-222.err")]
+    by_dir, by_file = explain_report([str(tmp_path)]), explain_report(files)
+    assert [f.rule for f in by_dir.findings] == [f.rule for f in by_file.findings]
+    assert by_dir.findings[0].rule == "memory-oom-log-prob" and by_dir.findings[0].lines[0].file == files[1]
+    assert by_dir.sources == [str(tmp_path)]
+    r = run_doctor("explain", str(tmp_path / "node-a"), str(tmp_path / "node-b"))
+    assert r.returncode == 0 and "memory-oom-log-prob" in r.stdout.splitlines()[0]
+    (tmp_path / "none").mkdir()
+    r = run_doctor("explain", str(tmp_path / "none"))
+    assert r.returncode == 2 and r.stderr.strip().endswith("a directory with no log files (.log .out .err .txt .gz) under it")
+    assert len(r.stderr.strip().splitlines()) == 1
 
 
 def test_colour_codes_as_rsyslog_escapes_them(tmp_path):

@@ -86,7 +86,8 @@ def _human(report, show_all: bool) -> None:
 def explain(logs, as_json, show_all, list_rules):
     """Name the root cause of a failed run from its log(s), with the evidence and the fix.
 
-    LOG may be a file, a .gz file, or - for stdin. Several logs (e.g. one per node) are read as
+    LOG may be a file, a .gz file, a directory (its .log/.out/.err/.txt/.gz files: a Ray session's
+    logs/, or a folder per node), or - for stdin. Several logs (e.g. one per node) are read as
     one incident. A large plain file is scanned with a helper process on a second core
     (DOCTOR_AHEAD=0: one process only).
     """
