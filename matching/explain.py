@@ -285,8 +285,11 @@ def log_paths(paths: list[str]) -> list[str]:
         if path == "-" or not os.path.isdir(path):
             out.append(path)
             continue
-        found = sorted(str(f) for f in Path(path).rglob("*")
-                       if f.suffix in LOG_SUFFIXES and f.is_file() and f.stat().st_size)
+        try:
+            found = sorted(str(f) for f in Path(path).rglob("*")
+                           if f.suffix in LOG_SUFFIXES and f.is_file() and f.stat().st_size)
+        except OSError as exc:  # a folder it may not enter (another user's under /tmp/ray)
+            raise LogReadError(f"{path}: {exc.strerror or exc}") from None
         if not found:
             raise LogReadError(f"{path}: a directory with no log files ({' '.join(LOG_SUFFIXES)}) under it")
         out.extend(found)
