@@ -64,17 +64,18 @@ _RAY_PREFIX = re.compile(
     r"^\((?:(?P<name>[A-Za-z_][\w.:\-]*)(?: pid=(?P<pid>\d+)| \+[\d.]+[smh])?|pid=(?P<pid2>\d+))"
     r"(?:, ip=(?P<ip>[0-9A-Fa-f.:]+))?\) ?")
 # What a log collector puts before each line, stripped like Ray's prefix (before or after it):
-# `docker compose logs` "name  | " (padded to the longest service name; --timestamps adds an RFC 3339
-# time after it); `kubectl logs --prefix` "[pod/NAME/CONTAINER] " and --timestamps "2024-07-27T12:34:56.123Z ";
-# GitHub Actions' downloaded logs, the same RFC 3339 time; syslog/journald "Dec  1 12:00:00 host unit[pid]: "
-# and Jenkins' timestamper "Nov 20 16:03:25 ".
+# `docker compose logs` "name  | " (padded to the longest service name; --timestamps adds an RFC 3339 time after it:
+# not a log level, and no table row - its cells hold more " | "); `kubectl logs --prefix` "[pod/NAME/CONTAINER] " and
+# --timestamps "2024-07-27T12:34:56.123Z "; GitHub Actions' downloaded logs, the same RFC 3339 time; syslog/journald
+# "Dec  1 12:00:00 host unit[pid]: " (the pid makes it one), and Jenkins' timestamper, the bare "Nov 20 16:03:25 ".
 _CAPTURE = re.compile(
-    r"^(?:[A-Za-z0-9][\w.-]{0,63} +\| |\[pod/[^\]\s]+\] |\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) |"
-    r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d (?:[\w.-]+ [\w.@/-]+(?:\[\d+\])?: )?)")
+    r"^(?:(?!(?i:info|warn|warning|error|debug|critical|fatal|trace|notice)\b)[A-Za-z][\w.-]{0,63} +\| (?!.*\s\|\s)|"
+    r"\[pod/[^\]\s]+\] |\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) |"
+    r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d (?:[\w.-]+ [\w.@/-]+\[\d+\]: )?)")
 # A rank's own prefix: torchrun's tee'd output (torch/distributed/elastic/multiprocessing/api.py: "[default0]:",
-# role and local rank; "[rank0]:" from 2.3's log_line_prefix_template default) and `srun --label` ("0: ", padded to
-# the widest task number). It names the process, so that the tracebacks of interleaved ranks stay apart.
-_RANK = re.compile(r"^\[(?:rank|default)(\d+)\]: ?| {0,4}(\d{1,5}): ")
+# role and local rank; "[rank0]:" from 2.3's log_line_prefix_template default). It names the process, so that
+# the tracebacks of interleaved ranks stay apart.
+_RANK = re.compile(r"^\[(?:rank|default)(\d+)\]: ?")
 _RAY_REPEAT = re.compile(r"\[repeated \d+x across cluster\]")
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
@@ -247,21 +248,34 @@ def _ahead(stream: BinaryIO, prefilter) -> Ahead | None:
         return None
 
 
+_MONTHS = frozenset("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split())
+
+
+def _may_capture(text: str) -> bool:
+    """Whether a collector's prefix can start the text: a cheap test first, most lines have none."""
+    first = text[0]
+    if first.isdigit():
+        return text[4:5] == "-"                       # an RFC 3339 time
+    if first == "[":
+        return text.startswith("[pod/")
+    return " | " in text[:72] or (text[3:4] == " " and text[:3] in _MONTHS)
+
+
 def clean_line(raw: bytes) -> Line:
     """Decode a raw log line and split off what the machinery around the program added."""
     text = raw.decode("utf-8", "replace").rstrip("\r\n")
     if "\x1b" in text or "#033[" in text:
         text = _ANSI.sub("", text)
     node = process = None
-    while True:  # nested prefixes: keep the innermost process, the first ip seen
-        m = _RAY_PREFIX.match(text)
-        if m:
+    while text and (text[0].isalnum() or text[0] in "(["):  # nested prefixes: the innermost Ray process, the first ip
+        first = text[0]
+        if first == "(" and (m := _RAY_PREFIX.match(text)):
             name, pid = m.group("name"), m.group("pid") or m.group("pid2")
             process = f"{name} pid={pid}" if name and pid else (name or f"pid={pid}")
             node = node or m.group("ip")
-        elif (m := _RANK.match(text)) is not None:
-            process = process or f"rank {m.group(1) or m.group(2)}"
-        elif not (text[:1].isalnum() or text[:1] == "[") or not (m := _CAPTURE.match(text)):
+        elif first == "[" and (m := _RANK.match(text)):
+            process = process or f"rank {m.group(1)}"  # the rank, unless a Ray prefix named the process
+        elif first == "(" or not _may_capture(text) or not (m := _CAPTURE.match(text)):
             break
         text = text[m.end():]
     if text.endswith("across cluster]"):  # string ops, not a regex: linear on any line
@@ -273,8 +287,9 @@ def clean_line(raw: bytes) -> Line:
 
 
 # What a directory of logs holds that is worth reading: Ray's session logs/ (worker-*.out/.err, raylet.out,
-# gcs_server.err, python-core-*.log), a node's collected logs, rotated and compressed ones.
+# gcs_server.err, python-core-*.log), a node's collected logs, rotated (raylet.out.1) and compressed ones.
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt", ".gz")
+_LOG_NAME = re.compile(r"\.(?:log|out|err|txt)(?:\.\d+)?(?:\.gz)?$|\.gz$")
 
 
 def log_paths(paths: list[str]) -> list[str]:
@@ -285,10 +300,10 @@ def log_paths(paths: list[str]) -> list[str]:
         if path == "-" or not os.path.isdir(path):
             out.append(path)
             continue
-        try:
+        try:  # (rglob passes over a folder it may not enter: another user's under /tmp/ray)
             found = sorted(str(f) for f in Path(path).rglob("*")
-                           if f.suffix in LOG_SUFFIXES and f.is_file() and f.stat().st_size)
-        except OSError as exc:  # a folder it may not enter (another user's under /tmp/ray)
+                           if _LOG_NAME.search(f.name) and f.is_file() and f.stat().st_size)
+        except OSError as exc:  # the folder went away while it was listed
             raise LogReadError(f"{path}: {exc.strerror or exc}") from None
         if not found:
             raise LogReadError(f"{path}: a directory with no log files ({' '.join(LOG_SUFFIXES)}) under it")
@@ -591,7 +606,10 @@ class Scan:
 
     def _tail(self, buf, end: int, number, name: str | None) -> None:
         """The block's last whole lines, for a traceback the log ends inside (its frames follow
-        the header the layer keeps); a line longer than the tail keeps nothing."""
+        the header the layer keeps); a last line longer than the tail leaves none. An empty block
+        (the final read) changes nothing."""
+        if end == 0:
+            return
         ts = 0
         if end > terminal.TAIL_BYTES:
             ts = buf.find(b"\n", end - terminal.TAIL_BYTES, end) + 1 or end
@@ -667,14 +685,19 @@ class Scan:
         if not yielding or self.collector is None:
             return found
         rest = explained - set().union(*yielding.values())
-        verdicts = terminal.analyse(self.collector, rest, self.m.layer, frozenset(weak - rest))
+        verdicts = terminal.analyse(self.collector, rest, self.m.layer, frozenset(weak - rest), limit=None)
         out = []
         for e in found:
             lines = yielding.get(e.rule, set())
             wanted = self.m.rules[index[e.rule]].yields_to if lines else ()
             v = next((v for v, _ in verdicts if v.cls.id in wanted
                       and {(ln.file or "", ln.n) for ln in terminal.evidence(v)} & lines), None)
-            out.append(_generic_explanation(v, e.hits) if v else e)
+            if v is None:
+                out.append(e)
+                continue
+            x = _generic_explanation(v, e.hits)
+            x.generic, x.specificity = False, e.specificity  # it keeps the rule's place among the causes
+            out.append(x)
         return out
 
     def _lines_of_rule(self, i: int) -> set[tuple[str, int]]:
@@ -820,7 +843,7 @@ def explain_report(paths: list[str], all: bool = False, matcher: Matcher | None 
         stream, name = open_log(path)
         names.append(name)
         try:
-            scan.feed_stream(stream, name if len(files) > 1 else None, display=name)
+            scan.feed_stream(stream, name if len(files) > 1 or files != paths else None, display=name)
         except OSError as exc:
             if isinstance(exc, LogReadError):
                 raise

@@ -16,7 +16,7 @@ import sys
 from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import chain, compress, islice, repeat
+from itertools import chain, compress, islice, repeat, takewhile
 from operator import not_
 from pathlib import Path
 
@@ -96,12 +96,19 @@ IGNORED = re2.compile(r"^Exception ignored (?:in|on|while)\b")
 FRAME = re2.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)|'
                     r'^(?P<tpath>[^\s:"]+\.py):\d+: ?(?:in (?P<tfunc>\S+)|[A-Z]\w*)?$|'
                     r'^(?:File )?(?P<ipath>[~/][^\s:,]*\.py)(?::\d+,)? in (?P<ifunc>\w+)\(')
+# The other lines of a traceback IPython prints between its frames: a cell's own ("<ipython-input-2-ab> in <module>",
+# 8.x "Cell In[1], line 1") and the source lines around the current one, marked "----> 12" (core/ultratb.py).
+IPY_CONTEXT = re2.compile(r"^(?:<ipython-input-[\w-]+> in |Cell In\[\d+\], line \d+|-*> ?\d+ )")
 CHAIN = re2.compile(r"(?:During handling of the above exception, another exception occurred|"
                     r"The above exception was the direct cause of the following exception):")
 LOGGED = re2.compile(r"\b(?:ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL)\b")
 WARNING_LINE = re2.compile(r"^\s*(?:\[?\w+\s?\d*\]?\s)?(?:WARNING|WARN|INFO|DEBUG)\b|^\[?[WI]\d{4}\b|"
                            r"^\S+:\d+: \w*Warning: |\b(?:User|Future|Deprecation|Runtime|Resource)Warning\b|"
                            r"\bNCCL (?:INFO|WARN)\b|^.{0,80}?\[(?:INFO|WARNING|WARN|DEBUG|EVENT|TRACE)\]")
+# The headers of a stack printed on purpose, which a log may end in without failing: logging's stack_info
+# (Lib/logging/__init__.py Formatter.formatStack: "Stack (most recent call last):"), torch dynamo's graph-break
+# report ("User code traceback:"), faulthandler's dump of a thread ("Thread 0x... (most recent call first):").
+STACK_DUMP = re2.compile(r"^Stack \(most recent call last\):|User code traceback:|\(most recent call first\):")
 # ... except NCCL's trace of an error result (src/include/checks.h: INFO "file:line [(function)] -> N"), which is
 # printed at INFO level but only when a call failed (N: an ncclResult_t error, 1-6)
 NCCL_TRACE = re2.compile(r"NCCL INFO [\w/.-]+\.(?:cc|cu|h|cpp):\d+(?: \(\w+\))? -> [1-6]\b")
@@ -402,6 +409,9 @@ class Collector:
         """A block's last whole lines, from line `first` on; a short block extends the tail before it
         (blocks end on a newline), so the file's last TAIL_BYTES are kept however its blocks fell."""
         old = self.tails.get(name)
+        if not data:  # the block's last line is longer than the tail: the file ends in it, nothing before counts
+            self.tails[name] = (first, b"")
+            return
         if old and len(data) < TAIL_BYTES and old[0] + old[1].count(b"\n") == first:
             first, data = old[0], old[1] + data
         cut = data.find(b"\n", len(data) - TAIL_BYTES) + 1 if len(data) > TAIL_BYTES else 0
@@ -706,10 +716,11 @@ def _live(e: Event, col: Collector, explained: set, weak: frozenset = frozenset(
     return col.progress.get(e.line.file, 0) < e.line.n
 
 
-def analyse(col: Collector, explained: set, g: Generic | None = None, weak: frozenset = frozenset()):
+def analyse(col: Collector, explained: set, g: Generic | None = None, weak: frozenset = frozenset(),
+            limit: int | None = MAX_FINDINGS):
     """The layer's findings, the cause first: specific classes by position, then the terminal one.
     `explained`: lines a rule that names a cause claims; `weak`: lines only a consequence rule
-    claims (a chain through them may still show its cause)."""
+    claims (a chain through them may still show its cause); `limit`: how many (None: all)."""
     g = g or generic()
     evs = events(col)
     last, end = {}, {}
@@ -743,20 +754,26 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
             [] if explained or weak else _ends_in_frames(col, g))
         seen = {(v.cls.id, ""): [v, 1] for v in verdicts}
     verdicts.sort(key=lambda v: (v.cls.terminal or v.cls.after, v.event.key))
-    return [(v, seen[(v.cls.id, v.member.meaning if v.member else "")][1]) for v in verdicts][:MAX_FINDINGS]
+    return [(v, seen[(v.cls.id, v.member.meaning if v.member else "")][1]) for v in verdicts][:limit]
 
 
 def _cut_frames(col: Collector, e: Event) -> list:
     """The innermost frames below a header the log ends on (same process), with the source line
     Python printed under the last one: where the run was when its output stopped."""
     below = [ln for ln in col.tail_lines(e.line.file, e.line.n) if ln.process == e.line.process]
-    at = [i for i, ln in enumerate(below) if FRAME.search(ln.text)]
+    run = list(takewhile(_of_traceback, below))
+    at = [i for i, ln in enumerate(run) if FRAME.search(ln.text)]
     if not at:
         return []
-    shown = [below[i] for i in at[-FRAMES_SHOWN:]]
-    if at[-1] + 1 < len(below) and below[at[-1] + 1].text.strip():
-        shown.append(below[at[-1] + 1])
+    shown = [run[i] for i in at[-FRAMES_SHOWN:]]
+    if at[-1] + 1 < len(run) and run[at[-1] + 1].text.strip():
+        shown.append(run[at[-1] + 1])  # the frame's source line (indented: the run holds only those)
     return shown
+
+
+def _of_traceback(ln) -> bool:
+    """A line a traceback prints below its header: a frame, its (indented) source, IPython's context."""
+    return bool(FRAME.search(ln.text)) or ln.text[:1].isspace() or not ln.text.strip() or bool(IPY_CONTEXT.search(ln.text))
 
 
 def _ends_in_frames(col: Collector, g: Generic) -> list[Verdict]:
@@ -767,11 +784,14 @@ def _ends_in_frames(col: Collector, g: Generic) -> list[Verdict]:
         lines = [ln for ln in col.tail_lines(name, 0) if ln.text.strip()]
         last = next((i for i in range(len(lines) - 1, max(-1, len(lines) - 4), -1)
                      if FRAME.search(lines[i].text)), None)
-        if last is None or not all(ln.text[:1].isspace() for ln in lines[last + 1:]):
+        if last is None or not all(_of_traceback(ln) and not FRAME.search(ln.text) for ln in lines[last + 1:]):
             continue  # not the end: an exception line (or anything not of the traceback) follows
         first = last
-        while first > 0 and (FRAME.search(lines[first - 1].text) or lines[first - 1].text[:1].isspace()):
+        while first > 0 and _of_traceback(lines[first - 1]):
             first -= 1
+        if first > 0 and STACK_DUMP.search(lines[first - 1].text):
+            continue  # a stack printed on purpose (logging's stack_info, a graph break's user code), not a failure
+        first = next(i for i in range(first, last + 1) if FRAME.search(lines[i].text))
         inner = [lines[last]] + lines[last + 1:last + 2]
         return [Verdict(cut, Event(lines[first]), None, tail=inner if first != last else inner[1:])]
     return []

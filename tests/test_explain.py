@@ -3,6 +3,7 @@ contract, the rule loader's errors, and a fuzz run against every pattern."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import random
 import re
@@ -129,7 +130,8 @@ CAPTURES = {"docker compose logs": "verl-trainer-1  | ",
             "docker compose logs -t": "verl-trainer-1  | 2025-03-04T05:06:07.123456789Z ",
             "kubectl logs --prefix": "[pod/verl-head-7f9c/ray-head] ",
             "kubectl logs --timestamps": "2025-03-04T05:06:07.123456789Z ",
-            "journald": "Mar  4 05:06:07 node-1 python3[4242]: "}
+            "journald": "Mar  4 05:06:07 node-1 python3[4242]: ",
+            "Jenkins timestamper": "Mar  4 05:06:07 "}
 
 
 @pytest.mark.parametrize("capture", sorted(CAPTURES))
@@ -146,6 +148,22 @@ def test_a_collectors_prefix_on_every_line_changes_no_finding(capture):
     assert not differ, differ
 
 
+def test_what_only_looks_like_a_collectors_prefix_stays():
+    # a log level or a table row is not docker compose's service name (before: the level went, and with it the
+    # line's warning; a row lost its cells), and a word after a bare time is not a host and a unit
+    assert clean_line_text(b"WARNING  | ValueError: could not parse optional field") == \
+        "WARNING  | ValueError: could not parse optional field"
+    assert explain_text("WARNING  | ValueError: could not parse optional field, using default\n") == []
+    assert clean_line_text(b"  0 | model | GPT2LMHeadModel | 124 M") == "  0 | model | GPT2LMHeadModel | 124 M"
+    assert clean_line_text(b"model | GPT2LMHeadModel | 124 M") == "model | GPT2LMHeadModel | 124 M"
+    top = explain_text("Nov 20 16:03:25 CUDA error: an illegal memory access was encountered\n")[0]
+    assert top.rule == "cuda-illegal-memory-access" and top.lines[0].text.startswith("CUDA error")
+
+
+def clean_line_text(raw: bytes) -> str:
+    return ex.clean_line(raw).text
+
+
 def test_a_collectors_prefix_before_rays_keeps_the_process_and_node():
     text = "".join("[pod/verl-worker-1/main] (WorkerDict pid=4242, ip=10.1.2.3) " + ln
                    for ln in body("memory-oom-log-prob.log").splitlines(keepends=True))
@@ -153,6 +171,38 @@ def test_a_collectors_prefix_before_rays_keeps_the_process_and_node():
     oom = [ln for ln in top.lines if "CUDA out of memory" in ln.text][0]
     assert (top.rule, oom.node, oom.process) == ("memory-oom-log-prob", "10.1.2.3", "WorkerDict pid=4242")
     assert not oom.text.startswith(("[", "("))
+
+
+class _Chunky:
+    """A stream that returns short reads of random sizes (a pipe, a gzip member)."""
+    def __init__(self, data: bytes, rnd: random.Random):
+        self.data, self.at, self.rnd = data, 0, rnd
+
+    def readinto(self, view) -> int:
+        n = min(len(view), self.rnd.randint(1, 3000), len(self.data) - self.at)
+        view[:n] = self.data[self.at:self.at + n]
+        self.at += n
+        return n
+
+
+def test_each_files_kept_tail_is_its_last_lines_numbered_right(monkeypatch):
+    # whatever the block size, the read sizes and the line lengths: the kept tail is a suffix of the file that
+    # starts a line, numbered from the file's start, holding the last TAIL_BYTES or whatever they start in
+    # (before: a last line longer than the tail that began a block left the lines before it as "the end")
+    from matching import terminal
+    for trial in range(200):
+        rnd = random.Random(trial)
+        monkeypatch.setattr(ex, "BLOCK_BYTES", rnd.choice([64, 200, 1000, 5000]))
+        monkeypatch.setattr(terminal, "TAIL_BYTES", rnd.choice([50, 300, 1000, 4000]))
+        lines = [b"x" * rnd.choice([0, 1, 5, 40, 120, 700]) for _ in range(rnd.randint(1, 200))]
+        data = b"\n".join(lines) + (b"\n" if rnd.random() < .7 else b"")
+        scan = ex.Scan(ex.default_matcher())
+        scan.feed_stream(_Chunky(data, rnd) if rnd.random() < .5 else io.BytesIO(data), None)
+        first, tail = scan.collector.tails.get(None, (0, b""))
+        start = len(data) - len(tail)
+        assert data.endswith(tail) and (not tail or start == 0 or data[start - 1:start] == b"\n"), trial
+        assert not tail or first == data.count(b"\n", 0, start) + 1, trial
+        assert len(tail) >= min(terminal.TAIL_BYTES, len(data)) - 800 or b"\n" not in data[start - 800:start], trial
 
 
 def test_a_directory_stands_for_its_log_files(tmp_path):
@@ -172,6 +222,11 @@ def test_a_directory_stands_for_its_log_files(tmp_path):
     assert by_dir.sources == [str(tmp_path)]
     r = run_doctor("explain", str(tmp_path / "node-a"), str(tmp_path / "node-b"))
     assert r.returncode == 0 and "memory-oom-log-prob" in r.stdout.splitlines()[0]
+    # a rotated log counts, and one file found in a directory is still named in the evidence
+    (b / "worker-02-ffff-222.err").rename(b / "worker-02-ffff-222.err.1")
+    (a / "worker-01-ffff-111.err").unlink()
+    one = explain_report([str(b)])
+    assert one.findings[0].rule == "memory-oom-log-prob" and one.findings[0].lines[0].file == str(b / "worker-02-ffff-222.err.1")
     (tmp_path / "none").mkdir()
     r = run_doctor("explain", str(tmp_path / "none"))
     assert r.returncode == 2 and r.stderr.strip().endswith("a directory with no log files (.log .out .err .txt .gz) under it")

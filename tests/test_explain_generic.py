@@ -779,9 +779,9 @@ def test_an_import_that_fails_in_a_source_tree_is_imports(tmp_path):
     assert layer_verdict(out) == ("generic-import-source-tree", "imports")
 
 
-@pytest.mark.parametrize("label", ["[rank{}]:", "[default{}]:", "{}: "])
+@pytest.mark.parametrize("label", ["[rank{}]:", "[default{}]:"])
 def test_interleaved_ranks_keep_their_own_tracebacks(tmp_path, label):
-    # torchrun's tee'd output and srun --label interleave the ranks' lines; each rank's frames are its own
+    # torchrun's tee'd output interleaves the ranks' lines; each rank's frames are its own
     tree = import_output(tmp_path, {"ck/vllm_doc/__init__.py": "import vllm_doc._C\n"}, "import vllm_doc",
                          pythonpath=str(tmp_path / "ck"))
     user = import_output(tmp_path, {"job/train.py": "import verl_doctor_absent_module\n"}, "import train",
@@ -971,6 +971,25 @@ def test_an_excerpt_of_frames_only_that_the_log_ends_in_is_a_cut_traceback(tmp_p
     # with its exception line it is that exception's, and a log with more than frames is not read this way
     assert layer_verdict("".join(frames) + "KeyError: 'shard'\n")[0] != "generic-traceback-cut"
     assert explain_text("".join(frames) + "INFO step:2 done\n", matcher=layer_alone()) == []
+
+
+def test_a_stack_printed_on_purpose_at_the_end_is_no_cut_traceback(tmp_path):
+    # logging's stack_info prints frames under "Stack (most recent call last):" and the program goes on
+    out = python_output("import logging\nlogging.basicConfig()\ndef f():\n    logging.warning('slow step', stack_info=True)\nf()\n",
+                        tmp_path)
+    assert "Stack (most recent call last):" in out and out.rstrip().splitlines()[-1].startswith("    "), out
+    assert explain_text(out, matcher=layer_alone()) == []
+
+
+def test_a_log_that_ends_in_a_line_longer_than_the_tail_keeps_no_frames_before_it(tmp_path, monkeypatch):
+    # the file ends in that long line (a progress bar's carriage returns, a JSON dump), not in the frames
+    out = python_output("def load(d):\n    return d['shard']\nload({})\n", tmp_path)
+    frames = "".join(ln for ln in out.splitlines(keepends=True) if not ln.startswith(("Traceback", "KeyError")))
+    from matching import explain as ex
+    monkeypatch.setattr(ex, "BLOCK_BYTES", 1200)
+    monkeypatch.setattr(terminal, "TAIL_BYTES", 600)
+    assert explain_text("INFO start\n" * 200 + frames, matcher=layer_alone())[0].rule == "generic-traceback-cut"
+    assert explain_text("INFO start\n" * 200 + frames + "x" * 1500 + "\n", matcher=layer_alone()) == []
 
 
 def test_ipythons_traceback_is_read(tmp_path):

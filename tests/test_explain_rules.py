@@ -154,6 +154,9 @@ def test_a_missing_module_raised_in_a_source_checkout_of_its_package_is_imports(
     top = explain_text(run.stderr)[0]
     assert (top.rule, top.category) == ("generic-import-source-tree", "imports")
     assert any("No module named 'vllm._C'" in ln.text for ln in top.lines)
+    # it keeps the rule's place: the earliest cause, before a later, unrelated one
+    later = run.stderr + "INFO step done\n" * 300 + (FIXTURES / "memory-cuda-oom.log").read_text().split("\n", 1)[1]
+    assert [f.rule for f in explain_text(later)][:2] == ["generic-import-source-tree", "memory-cuda-oom"]
     absent = subprocess.run([sys.executable, "-c", "import vllm_doctor_absent"], cwd=tmp_path, capture_output=True,
                             text=True, env={"PATH": "/usr/bin:/bin"}, timeout=60)
     assert explain_text(absent.stderr)[0].rule == "python-module-not-found"
