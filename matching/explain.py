@@ -679,17 +679,16 @@ class Scan:
     def _yielded(self, found: list[Explanation], explained: set, weak: set) -> list[Explanation]:
         """A rule's finding that the generic class it yields to reads more precisely (from the frames a
         rule does not see: a missing module raised inside a source tree of its package) gives way."""
-        index = {rule.id: i for i, rule in enumerate(self.m.rules)}
-        yielding = {e.rule: self._lines_of_rule(index[e.rule]) for e in found
-                    if not e.generic and self.m.rules[index[e.rule]].yields_to}
-        if not yielding or self.collector is None:
+        by_id = {rule.id: (i, rule) for i, rule in enumerate(self.m.rules)}
+        yielding = {e.rule: (by_id[e.rule][1].yields_to, self._lines_of_rule(by_id[e.rule][0])) for e in found
+                    if not e.generic and by_id[e.rule][1].yields_to}
+        if not yielding:
             return found
-        rest = explained - set().union(*yielding.values())
+        rest = explained - set().union(*(lines for _, lines in yielding.values()))
         verdicts = terminal.analyse(self.collector, rest, self.m.layer, frozenset(weak - rest), limit=None)
         out = []
         for e in found:
-            lines = yielding.get(e.rule, set())
-            wanted = self.m.rules[index[e.rule]].yields_to if lines else ()
+            wanted, lines = yielding.get(e.rule, ((), set()))
             v = next((v for v, _ in verdicts if v.cls.id in wanted
                       and {(ln.file or "", ln.n) for ln in terminal.evidence(v)} & lines), None)
             if v is None:
@@ -839,11 +838,12 @@ def explain_report(paths: list[str], all: bool = False, matcher: Matcher | None 
     Raises LogReadError."""
     scan = Scan(matcher or default_matcher())
     names, files = [], log_paths(paths)
+    expanded = files != paths  # a directory stood for its files: name them, report the directory
     for path in files:
         stream, name = open_log(path)
         names.append(name)
         try:
-            scan.feed_stream(stream, name if len(files) > 1 or files != paths else None, display=name)
+            scan.feed_stream(stream, name if len(files) > 1 or expanded else None, display=name)
         except OSError as exc:
             if isinstance(exc, LogReadError):
                 raise
@@ -851,7 +851,7 @@ def explain_report(paths: list[str], all: bool = False, matcher: Matcher | None 
         finally:
             if path != "-":
                 stream.close()
-    return scan.report(names if files == paths else list(paths), all=all)
+    return scan.report(list(paths) if expanded else names, all=all)
 
 
 def explain_paths(paths: list[str], all: bool = False) -> list[Explanation]:

@@ -761,7 +761,11 @@ def _cut_frames(col: Collector, e: Event) -> list:
     """The innermost frames below a header the log ends on (same process), with the source line
     Python printed under the last one: where the run was when its output stopped."""
     below = [ln for ln in col.tail_lines(e.line.file, e.line.n) if ln.process == e.line.process]
-    run = list(takewhile(_of_traceback, below))
+    return _innermost(list(takewhile(_of_traceback, below)))
+
+
+def _innermost(run: list) -> list:
+    """Of a run of traceback lines, the innermost frames and the source line under the last one."""
     at = [i for i, ln in enumerate(run) if FRAME.search(ln.text)]
     if not at:
         return []
@@ -784,7 +788,7 @@ def _ends_in_frames(col: Collector, g: Generic) -> list[Verdict]:
         lines = [ln for ln in col.tail_lines(name, 0) if ln.text.strip()]
         last = next((i for i in range(len(lines) - 1, max(-1, len(lines) - 4), -1)
                      if FRAME.search(lines[i].text)), None)
-        if last is None or not all(_of_traceback(ln) and not FRAME.search(ln.text) for ln in lines[last + 1:]):
+        if last is None or not all(map(_of_traceback, lines[last + 1:])):
             continue  # not the end: an exception line (or anything not of the traceback) follows
         first = last
         while first > 0 and _of_traceback(lines[first - 1]):
@@ -792,8 +796,8 @@ def _ends_in_frames(col: Collector, g: Generic) -> list[Verdict]:
         if first > 0 and STACK_DUMP.search(lines[first - 1].text):
             continue  # a stack printed on purpose (logging's stack_info, a graph break's user code), not a failure
         first = next(i for i in range(first, last + 1) if FRAME.search(lines[i].text))
-        inner = [lines[last]] + lines[last + 1:last + 2]
-        return [Verdict(cut, Event(lines[first]), None, tail=inner if first != last else inner[1:])]
+        inner = [ln for ln in _innermost(lines[first:]) if ln is not lines[first]]
+        return [Verdict(cut, Event(lines[first]), None, tail=inner)]
     return []
 
 
