@@ -111,7 +111,6 @@ WARNING_LINE = re2.compile(r"^\s*(?:\[?\w+\s?\d*\]?\s)?(?:WARNING|WARN|INFO|DEBU
 STACK_DUMP = re2.compile(r"^Stack \(most recent call last\):|User code traceback:|\(most recent call first\):")
 # ... except NCCL's trace of an error result (src/include/checks.h: INFO "file:line [(function)] -> N"), which is
 # printed at INFO level but only when a call failed (N: an ncclResult_t error, 1-6)
-NCCL_TRACE = re2.compile(r"NCCL INFO [\w/.-]+\.(?:cc|cu|h|cpp):\d+(?: \(\w+\))? -> [1-6]\b")
 # The exception type of a raw line, found cheaply (no decoding, no prefix stripping)
 KEY_RX = re2.compile(rb"(?:^|[\s)\]:\"])((?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|Exception|StopIteration|gaierror|herror)|"
                      rb"(?:[A-Za-z_]\w*\.){0,5}(?:[A-Za-z_]*(?:exceptions?|errors?|exc)\.[A-Z]\w*|Arrow[A-Z]\w*))"
@@ -171,13 +170,14 @@ class GClass:
     after: bool = False                   # ranks after the other classes' findings (an exit status)
     cut: bool = False                     # only a plain line the log ends on: what it opened was cut off
     pattern: str | None = None            # a family: the code's pattern, with a `code` group
+    at_info: tuple[str, ...] = ()         # lines that report a failure though printed at INFO/WARN level
     members: tuple[Member, ...] = ()
     also: tuple[Alt, ...] = ()            # other (exceptions, words, raised_in, not_in) that match
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("id", "category", "title", "cause", "fix", "confidence",
                                              "words", "raised_in", "not_in", "terminal", "after", "cut", "pattern")}
-        out.update(exceptions=list(self.exceptions), lines=list(self.lines),
+        out.update(exceptions=list(self.exceptions), lines=list(self.lines), at_info=list(self.at_info),
                    references=list(self.references), layer="generic",
                    members=[vars(m) for m in self.members],
                    also=[dict(vars(a), exceptions=list(a.exceptions)) for a in self.also])
@@ -197,11 +197,14 @@ class Generic:
         """What the scanner's prefilter must flag for this layer."""
         return list(EXCEPTION_PATTERNS) + [p for c in self.classes for p in c.lines]
 
+    def at_info(self) -> tuple[str, ...]:
+        return tuple(p for c in self.classes for p in c.at_info)
+
 
 _CLASS_KEYS = {"id", "category", "title", "cause", "fix", "confidence", "references", "exceptions",
-               "lines", "words", "raised_in", "not_in", "terminal", "alone", "after", "cut", "also"}
+               "lines", "at_info", "words", "raised_in", "not_in", "terminal", "alone", "after", "cut", "also"}
 _ALT_KEYS = {"exceptions", "words", "raised_in", "not_in"}
-_FAMILY_KEYS = {"id", "title", "cause", "fix", "confidence", "references", "lines", "pattern", "members"}
+_FAMILY_KEYS = {"id", "title", "cause", "fix", "confidence", "references", "lines", "at_info", "pattern", "members"}
 
 
 def _regex(value, where: str) -> str:
@@ -232,13 +235,14 @@ def _make_class(t: dict, family: bool) -> GClass:
         if t.get(key) is not None:
             _regex(t[key], where)
     lines = tuple(_regex(p, where) for p in t.get("lines", ()))
+    at_info = tuple(_regex(p, where) for p in t.get("at_info", ()))
     also = tuple(_make_alt(a, where) for a in t.get("also", ()))
-    if not (lines or t.get("exceptions")):
+    if not (lines or at_info or t.get("exceptions")):
         raise GenericError(f"{where}: give exceptions or lines")
     return GClass(id=t["id"], category=t.get("category", "other"), title=t["title"].strip(),
                   cause=t["cause"].strip(), fix=t["fix"].strip(), confidence=float(t["confidence"]),
                   references=tuple(t["references"]), exceptions=tuple(t.get("exceptions", ())),
-                  lines=lines, words=t.get("words"), raised_in=t.get("raised_in"),
+                  lines=lines + at_info, at_info=at_info, words=t.get("words"), raised_in=t.get("raised_in"),
                   not_in=t.get("not_in"), terminal=bool(t.get("terminal", False)),
                   alone=bool(t.get("alone", False)), after=bool(t.get("after", False)), cut=bool(t.get("cut", False)),
                   pattern=t.get("pattern"), members=members, also=also)
@@ -280,6 +284,13 @@ def generic() -> Generic:
 @lru_cache(maxsize=256)
 def _rx(pattern: str):
     return re2.compile(pattern)
+
+
+@lru_cache(maxsize=4)
+def _at_info_rx(g: Generic):
+    """The lines that are failures though a warning's prefix says INFO or WARN (NCCL's error trace)."""
+    patterns = g.at_info()
+    return re2.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
 
 
 @lru_cache(maxsize=4)
@@ -516,12 +527,14 @@ def _previous_in_chain(lines: list, header: int, process) -> int:
     return -1
 
 
-def parse(raw: Raw, clean) -> Event | None:
+def parse(raw: Raw, clean, g: Generic | None = None) -> Event | None:
     """The event of a flagged line: a plain line, or an exception with its traceback and chain."""
     lines = _lines_of(raw, clean)
     me = lines[len(lines) - 1]
-    if WARNING_LINE.search(me.text) and not NCCL_TRACE.search(me.text):
-        return None                                  # warnings are not failures
+    if WARNING_LINE.search(me.text):
+        at_info = _at_info_rx(g or generic())
+        if not (at_info and at_info.search(me.text)):
+            return None                              # warnings are not failures
     ev = Event(me)
     end, m = len(lines) - 1, EXC_LINE.search(me.text)
     if not m:
@@ -701,7 +714,8 @@ def is_consequence_line(text: str, g: Generic | None = None) -> bool:
 
 def events(col: Collector) -> list[Event]:
     """Every kept event, parsed; an exception that is an earlier member of a later chain is folded."""
-    evs = [e for e in (parse(r, col.clean) for r in col.raws()) if e is not None]
+    g = generic()
+    evs = [e for e in (parse(r, col.clean, g) for r in col.raws()) if e is not None]
     inner = {(e.line.file or "", x.n) for e in evs for x in e.chain[:-1]}
     return [e for e in evs if e.key not in inner]
 

@@ -1189,6 +1189,20 @@ def test_nccl_info_lines_are_no_failure_unless_they_trace_an_error_result():
     assert explain_text(ok, matcher=layer_alone()) == []
 
 
+def test_a_line_printed_at_info_level_counts_only_where_a_class_says_so(tmp_path):
+    # the generic layer's data decides it (a class's `at_info`), not a pattern of its own in the code
+    trace = "node1:2330:2658 [2] NCCL INFO misc/socket.cc:567 -> 2\n"
+    assert layer_verdict(trace) == ("generic-nccl-error", "network")
+    text = terminal.GENERIC_FILE.read_text()
+    assert "at_info = [" in text
+    stripped = tmp_path / "generic.toml"
+    without = "\n".join(ln for ln in text.splitlines() if not ln.startswith("at_info = ["))
+    stripped.write_text(without)
+    g = terminal.load_generic(stripped)
+    assert g.at_info() == () and terminal.generic().at_info()
+    assert explain_text(trace, matcher=Matcher([], g)) == []
+
+
 def test_an_illegal_instruction_is_a_build_for_another_cpu():
     # a real SIGILL: the signal family's member says which (before: faulthandler's form was no finding
     # at all, the shell's "Illegal instruction" neither)
