@@ -765,7 +765,8 @@ def _generic_explanation(v: terminal.Verdict, hits: int) -> Explanation:
     c = v.cls
     title, cause = c.title, c.cause
     if v.member:
-        title = f"{c.title}: {v.code.strip()} ({v.member.meaning})"
+        code = v.code.strip()   # a cut traceback's phase has none
+        title = f"{c.title}: {code} ({v.member.meaning})" if code else f"{c.title} ({v.member.meaning})"
         cause = f"{v.member.meaning}.\n{c.cause}"
     lines = terminal.evidence(v)
     for ln in lines:

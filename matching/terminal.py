@@ -40,6 +40,7 @@ LAST_EVENTS = 16           # and the last ones
 TAIL_PER_BLOCK = 32        # after the first ones, a block's last candidates only
 KEY_CACHE = 4096           # distinct flagged lines whose key is remembered
 FRAMES_SHOWN = 1           # innermost frames shown as evidence
+PHASE_FRAMES = 6           # innermost frames of a cut traceback read for the phase it stopped in
 TAIL_BYTES = 16 << 10      # each file's last bytes: the frames of a traceback the log ends inside
 MAX_FINDINGS = 3
 NEAR_RULE = 5              # a flagged line this close to a rule's line is part of that report
@@ -171,6 +172,7 @@ class GClass:
     cut: bool = False                     # only a plain line the log ends on: what it opened was cut off
     pattern: str | None = None            # a family: the code's pattern, with a `code` group
     at_info: tuple[str, ...] = ()         # lines that report a failure though printed at INFO/WARN level
+    phases: tuple[Member, ...] = ()       # a cut class: what the innermost frames it stopped in point to
     members: tuple[Member, ...] = ()
     also: tuple[Alt, ...] = ()            # other (exceptions, words, raised_in, not_in) that match
 
@@ -179,7 +181,7 @@ class GClass:
                                              "words", "raised_in", "not_in", "terminal", "after", "cut", "pattern")}
         out.update(exceptions=list(self.exceptions), lines=list(self.lines), at_info=list(self.at_info),
                    references=list(self.references), layer="generic",
-                   members=[vars(m) for m in self.members],
+                   members=[vars(m) for m in self.members], phases=[vars(m) for m in self.phases],
                    also=[dict(vars(a), exceptions=list(a.exceptions)) for a in self.also])
         return out
 
@@ -202,7 +204,8 @@ class Generic:
 
 
 _CLASS_KEYS = {"id", "category", "title", "cause", "fix", "confidence", "references", "exceptions",
-               "lines", "at_info", "words", "raised_in", "not_in", "terminal", "alone", "after", "cut", "also"}
+               "lines", "at_info", "words", "raised_in", "not_in", "terminal", "alone", "after", "cut", "also",
+               "phases"}
 _ALT_KEYS = {"exceptions", "words", "raised_in", "not_in"}
 _FAMILY_KEYS = {"id", "title", "cause", "fix", "confidence", "references", "lines", "at_info", "pattern", "members"}
 
@@ -229,8 +232,11 @@ def _make_class(t: dict, family: bool) -> GClass:
         raise GenericError(f"{where}: confidence must be below a rule's (0 < c < 0.6)")
     members = tuple(Member(_regex(m["match"], where), m["meaning"], m["category"])
                     for m in t.get("members", ()))
-    if any(m.category not in CATEGORIES for m in members):
+    phases = tuple(Member(_regex(m["frames"], where), m["meaning"], m["category"]) for m in t.get("phases", ()))
+    if any(m.category not in CATEGORIES for m in members + phases):
         raise GenericError(f"{where}: a member has an unknown category")
+    if phases and not t.get("cut"):
+        raise GenericError(f"{where}: phases belong to a cut class (cut = true)")
     for key in ("words", "raised_in", "not_in", "pattern"):
         if t.get(key) is not None:
             _regex(t[key], where)
@@ -245,7 +251,7 @@ def _make_class(t: dict, family: bool) -> GClass:
                   lines=lines + at_info, at_info=at_info, words=t.get("words"), raised_in=t.get("raised_in"),
                   not_in=t.get("not_in"), terminal=bool(t.get("terminal", False)),
                   alone=bool(t.get("alone", False)), after=bool(t.get("after", False)), cut=bool(t.get("cut", False)),
-                  pattern=t.get("pattern"), members=members, also=also)
+                  pattern=t.get("pattern"), members=members, also=also, phases=phases)
 
 
 def _make_alt(a: dict, where: str) -> Alt:
@@ -750,13 +756,13 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
                      ends=end[e.line.file] == e.line.n)
         if v is None:
             continue
+        if v.cls.cut:
+            v.tail, v.member = _cut_frames(col, e, v.cls)
         key = (v.cls.id, v.member.meaning if v.member else "")
         if key in seen:
             seen[key][1] += 1
             continue
         seen[key] = [v, 1]
-        if v.cls.cut:
-            v.tail = _cut_frames(col, e)
         verdicts.append(v)
     if not any(not (v.cls.terminal or v.cls.after) for v in verdicts):  # nothing specific: a wrapper's type
         for v in _wrapped(evs, col, explained, g):
@@ -766,16 +772,33 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
     if not verdicts:
         verdicts = _consequences_alone(evs, col, explained | weak, g) or (
             [] if explained or weak else _ends_in_frames(col, g))
-        seen = {(v.cls.id, ""): [v, 1] for v in verdicts}
+        seen = {(v.cls.id, v.member.meaning if v.member else ""): [v, 1] for v in verdicts}
     verdicts.sort(key=lambda v: (v.cls.terminal or v.cls.after, v.event.key))
     return [(v, seen[(v.cls.id, v.member.meaning if v.member else "")][1]) for v in verdicts][:limit]
 
 
-def _cut_frames(col: Collector, e: Event) -> list:
+def _cut_frames(col: Collector, e: Event, cut: GClass) -> tuple[list, Member | None]:
     """The innermost frames below a header the log ends on (same process), with the source line
-    Python printed under the last one: where the run was when its output stopped."""
+    Python printed under the last one: where the run was when its output stopped; and the phase
+    of the run those frames belong to."""
     below = [ln for ln in col.tail_lines(e.line.file, e.line.n) if ln.process == e.line.process]
-    return _innermost(list(takewhile(_of_traceback, below)))
+    run = list(takewhile(_of_traceback, below))
+    return _innermost(run), _phase(cut, run)
+
+
+def _phase(cut: GClass, run: list) -> Member | None:
+    """The phase the innermost frames of a cut traceback name ("path:function", innermost first)."""
+    keys = []
+    for ln in run:
+        m = FRAME.search(ln.text)
+        if m:
+            keys.append(f"{m.group('path') or m.group('tpath') or m.group('ipath')}:"
+                        f"{m.group('func') or m.group('tfunc') or m.group('ifunc') or ''}")
+    for key in reversed(keys[-PHASE_FRAMES:]):
+        hit = next((ph for ph in cut.phases if _rx(ph.match).search(key)), None)
+        if hit:
+            return hit
+    return None
 
 
 def _innermost(run: list) -> list:
@@ -811,7 +834,7 @@ def _ends_in_frames(col: Collector, g: Generic) -> list[Verdict]:
             continue  # a stack printed on purpose (logging's stack_info, a graph break's user code), not a failure
         first = next(i for i in range(first, last + 1) if FRAME.search(lines[i].text))
         inner = [ln for ln in _innermost(lines[first:]) if ln is not lines[first]]
-        return [Verdict(cut, Event(lines[first]), None, tail=inner)]
+        return [Verdict(cut, Event(lines[first]), None, _phase(cut, lines[first:]), tail=inner)]
     return []
 
 

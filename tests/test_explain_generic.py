@@ -957,6 +957,62 @@ def test_a_cut_traceback_shows_where_the_run_was(tmp_path, monkeypatch):
         assert [ln.n for ln in f.lines[1:]] == [log.count("\n") - 1, log.count("\n")], block
 
 
+def cut_before_exception(out: str) -> str:
+    """A real interpreter's traceback as a paste that stopped before its exception line."""
+    lines = out.rstrip("\n").splitlines(keepends=True)
+    assert lines and not lines[-1].startswith(" "), out
+    return "".join(lines[:-1])
+
+
+@pytest.mark.parametrize("code,category,said", [
+    # torch/_ops.py _OpNamespace.__getattr__: no loaded library registered the operator
+    ("import torch\ntorch.ops.doctor_ns.missing_op\n", "versions", "torch operator"),
+    # torch.distributed's rendezvous: the store the peers meet at does not answer (a closed port)
+    ("import datetime, torch.distributed as dist\n"
+     "dist.init_process_group('gloo', init_method='tcp://127.0.0.1:9', rank=1, world_size=2,\n"
+     "                        timeout=datetime.timedelta(seconds=1))\n", "network", "communication group"),
+    # Hugging Face datasets reading a data file that is not there
+    ("import datasets\ndatasets.load_dataset('json', data_files='train-missing.json')\n", "data", "dataset"),
+    # a module named for a dataset, its sample access called by torch's DataLoader
+    ("import torch.utils.data as tud\nfrom rl_dataset import RLHFDataset\n"
+     "next(iter(tud.DataLoader(RLHFDataset(), batch_size=1)))\n", "data", "dataset"),
+])
+def test_a_cut_traceback_is_read_by_the_phase_its_innermost_frames_name(tmp_path, code, category, said):
+    (tmp_path / "rl_dataset.py").write_text(
+        "class RLHFDataset:\n    def __len__(self):\n        return 1\n"
+        "    def __getitem__(self, i):\n        return {'prompt': self.rows[i]['prompt']}\n")
+    out = python_output(code, tmp_path)
+    assert "Traceback (most recent call last)" in out, out
+    cut = cut_before_exception(out)
+    found = explain_text(cut, matcher=layer_alone())[0]
+    assert (found.rule, found.category) == ("generic-traceback-cut", category), cut[-600:]
+    assert said in found.title and found.cause.startswith("it stopped")
+    # with its exception line the run's own exception decides, not the phase
+    assert layer_verdict(out)[0] != "generic-traceback-cut"
+
+
+def test_a_cut_traceback_in_no_known_phase_stays_other(tmp_path):
+    # the frames of a script whose directory is named "dataset" (a mount) are no dataset code
+    d = tmp_path / "dataset"
+    d.mkdir()
+    out = python_output("def head():\n    return next(n for n in [] if n)\nhead()\n", d)
+    assert layer_verdict(cut_before_exception(out)) == ("generic-traceback-cut", "other")
+    # vLLM re-allocating on wake_up (verl#302, its machine-printed lines) and ray.init starting a node (ray#3899)
+    assert layer_verdict(body("generic-traceback-cut--vllm-wake-up.log")) == ("generic-traceback-cut", "memory")
+    assert layer_verdict(body("generic-traceback-cut--ipython.log")) == ("generic-traceback-cut", "cluster")
+
+
+def test_phases_belong_to_a_cut_class(tmp_path):
+    path = tmp_path / "generic.toml"
+    path.write_text('[[class]]\nid = "x"\ncategory = "data"\ntitle = "t"\ncause = "c"\nfix = "f"\nconfidence = 0.3\n'
+                    'references = ["https://x"]\nexceptions = ["KeyError"]\n'
+                    'phases = [{ frames = "x", category = "data", meaning = "m" }]\n')
+    with pytest.raises(CatalogError, match="cut class"):
+        terminal.load_generic(path)
+    page = run_doctor("rules", "generic-traceback-cut")
+    assert "torch/_ops" in page.stdout and "network" in page.stdout
+
+
 def test_an_excerpt_of_frames_only_that_the_log_ends_in_is_a_cut_traceback(tmp_path):
     # a paste from the middle of a traceback: no header, no exception line, nothing else (before: "nothing matched")
     out = python_output("def load(d):\n    return d['shard']\ndef main():\n    load({})\nmain()\n", tmp_path)
@@ -996,7 +1052,7 @@ def test_ipythons_traceback_is_read(tmp_path):
     # IPython's header names the type with no colon, its frames are "path in func(...)" (core/ultratb.py);
     # a notebook cell's output cut before its exception line (ray-project/ray#3899, tuning part)
     found = explain_text(body("generic-traceback-cut--ipython.log"), matcher=layer_alone())
-    assert [(f.rule, f.category) for f in found] == [("generic-traceback-cut", "other")]
+    assert [(f.rule, f.category) for f in found] == [("generic-traceback-cut", "cluster")]
     assert "PermissionError" in found[0].lines[0].text and "ray/worker.py in init(" in found[0].lines[1].text
     # the exception line after the frames makes it that exception's, raised where the frames say
     full = body("generic-traceback-cut--ipython.log") + "\nPermissionError: [Errno 13] Permission denied: '/tmp/ray'\n"

@@ -229,6 +229,11 @@ def _generic_page(c, as_json: bool) -> int:
         click.echo(f"\n## The codes\n\n  code pattern: {c.pattern}\n")
         for m in c.members:
             click.echo(f"  {m.match:<28} {m.category:<8} {m.meaning}")
+    if c.phases:
+        click.echo("\n## Where it stopped\n\n  The category follows the first of the innermost frames (`path:function`, "
+                   "innermost first) that one of these names; otherwise it is " + c.category + ".\n")
+        for m in c.phases:
+            click.echo(f"  {m.category:<8} {m.meaning}\n           frames: {m.match}")
     return _cause_fix_references(c)
 
 
