@@ -96,7 +96,7 @@ IGNORED = re2.compile(r"^Exception ignored (?:in|on|while)\b")
 # IPython's frames: "File /path/x.py:12, in f(a)" (8.x, core/tbtools.py) and "/path/x.py in f(a, b)" (up to 7.x).
 FRAME = re2.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)|'
                     r'^(?P<tpath>[^\s:"]+\.py):\d+: ?(?:in (?P<tfunc>\S+)|[A-Z]\w*)?$|'
-                    r'^(?:File )?(?P<ipath>[~/][^\s:,]*\.py)(?::\d+,)? in (?P<ifunc>\w+)\(')
+                    r'^(?:File )?(?P<ipath>[~/][^\s:,]*\.py)(?::\d+,)? in (?P<ifunc><?\w+>?)\(')
 # The other lines of a traceback IPython prints between its frames: a cell's own ("<ipython-input-2-ab> in <module>",
 # 8.x "Cell In[1], line 1") and the source lines around the current one, marked "----> 12" (core/ultratb.py).
 IPY_CONTEXT = re2.compile(r"^(?:<ipython-input-[\w-]+> in |Cell In\[\d+\], line \d+|-*> ?\d+ )")
@@ -124,6 +124,8 @@ IMPORTED = re2.compile(r"^No module named '([\w]+)[\w.]*'|^cannot import name '\
 LACKING = re2.compile(r"^module '(\w+)[\w.]*' has no attribute ")
 # An install location, a frozen module, or a path elided in the paste (".../pkg/mod.py"): no tree shown.
 INSTALLED = re2.compile(r"(?:site|dist)-packages|/lib/python\d|^<|^\.\.\.")
+# The standard library's own files (lib/python3.X/, not site-/dist-packages under it).
+STDLIB = re2.compile(r"[/\\]lib[/\\]python\d(?:\.\d+)?[/\\](?:[\w-]+[/\\])?[\w-]+\.py$")
 # The installed package a frame's file belongs to: the first path part under site-/dist-packages.
 PACKAGE = re2.compile(r"(?:site|dist)-packages[/\\](\w+)")
 
@@ -585,6 +587,7 @@ WHERE_TAGS = {
     "tree:PATH": "an import failing inside the package it names, run from outside an install",
     "same:PATH": "a package asking its own module",
     "cross:A<-B": "raised in installed package A called from installed package B",
+    "stdlib:PATH": "a file named like a standard-library module, outside it, that the standard library imported",
 }
 
 
@@ -608,7 +611,35 @@ def _where(exc: Exc) -> list[str]:
     caller = lack and next((p for _, p, f in reversed(exc.frames) if f != "__getattr__"), None)
     if caller and _under(lack.group(1), caller):
         paths.append("same:" + caller)   # the package's own code calls what the package lacks: not two versions
+    tree = lack and caller and _sibling_package(lack.group(1), caller, exc.frames)
+    if tree:
+        paths.append("tree:" + tree)     # the module that lacks the name is a local directory of that name
+    shadow = _stdlib_shadow(exc.frames)
+    if shadow:
+        paths.append("stdlib:" + shadow)
     return paths
+
+
+def _sibling_package(package: str, caller: str, frames: list) -> str | None:
+    """A frame in a local directory named `package` beside the file that asked it for a name: where
+    that file's directory is on sys.path (a script's own), the local directory is what was imported."""
+    here = caller.replace("\\", "/").rsplit("/", 1)[0]
+    for _, path, _f in frames:
+        p = path.replace("\\", "/")
+        if not INSTALLED.search(p) and p.startswith(f"{here}/{package}/"):
+            return path
+    return None
+
+
+def _stdlib_shadow(frames: list) -> str | None:
+    """A file named like a standard-library module, outside the standard library, that the standard
+    library itself imported (inspect's `import dis` loading ./dis.py): it shadows that module."""
+    for (_, outer, _f), (_, path, func) in zip(frames, frames[1:]):
+        name = path.replace("\\", "/").rsplit("/", 1)[-1]
+        if (func == "<module>" and name.endswith(".py") and name[:-3] in sys.stdlib_module_names
+                and STDLIB.search(outer) and not _package(outer) and not INSTALLED.search(path)):
+            return path
+    return None
 
 
 def _under(package: str, path: str) -> bool:

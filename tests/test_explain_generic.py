@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 
 import gzip
+import shutil
 import subprocess
 import sys
 import time
@@ -1243,6 +1244,37 @@ def test_nccl_info_lines_are_no_failure_unless_they_trace_an_error_result():
           "node1:2330:2658 [2] NCCL INFO Channel 00/02 :    0   1\n"
           "node1:2330:2658 [2] NCCL INFO init.cc:1400 -> 7 [Async thread]\n")   # 7: ncclInProgress, no error
     assert explain_text(ok, matcher=layer_alone()) == []
+
+
+def test_a_local_package_beside_the_script_that_lacks_a_name_is_a_shadowing_tree(tmp_path):
+    # a real directory named like an installed package (Hugging Face datasets) beside the file that
+    # imports it: the script's directory comes first on sys.path, the local one is imported
+    pkg = tmp_path / "datasets"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "tasks.py").write_text("import helpers\ndef run():\n    return helpers.load('gsm8k')\n")
+    (tmp_path / "helpers.py").write_text("import datasets\ndef load(name):\n    return datasets.load_dataset(name)\n")
+    out = python_output("from datasets import tasks\ntasks.run()\n", tmp_path)
+    assert "AttributeError: module 'datasets' has no attribute 'load_dataset'" in out, out
+    assert explain_text(out)[0].rule == "generic-import-source-tree"       # over the rule for another release
+    # without the local directory the installed package itself lacks the name: another release's API
+    shutil.rmtree(pkg)
+    out = python_output("import datasets\ndatasets.load_datasets_v9('gsm8k')\n", tmp_path)
+    assert "has no attribute 'load_datasets_v9'" in out, out
+    assert explain_text(out)[0].rule == "library-module-lacks-attribute"
+
+
+def test_a_file_named_like_a_standard_module_that_the_standard_library_imports_shadows_it(tmp_path):
+    # a real ./dis.py beside the script: inspect's `import dis` loads it, and it finds inspect half-initialized
+    (tmp_path / "dis.py").write_text("import inspect\nSOURCE = inspect.getsource\n")
+    out = python_output("import inspect\n", tmp_path)
+    assert "inspect.py" in out and "dis.py" in out and "AttributeError" in out, out
+    assert layer_verdict(out) == ("generic-import-source-tree", "imports")
+    # a script of the same name that nothing in the standard library imported is no shadow
+    out = python_output("import json\njson.no_such_name\n", tmp_path, name="code.py")
+    assert layer_verdict(out) != ("generic-import-source-tree", "imports")
+    # IPython 7's frames ("/path/x.py in <module>()"): torch imported from its source checkout (pytorch#11222)
+    assert explain_text(body("generic-import-source-tree--ipython.log"))[0].rule == "generic-import-source-tree"
 
 
 def test_a_line_printed_at_info_level_counts_only_where_a_class_says_so(tmp_path):
