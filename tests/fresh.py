@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# What a fresh machine does not have: caches and settings pointing into an old HOME or /tmp.
-DROPPED = ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "VERL_DOCTOR_CACHE", "RAY_TMPDIR", "RAY_ADDRESS",
-           "TMPDIR", "HF_HOME", "HF_HUB_CACHE", "TRANSFORMERS_CACHE")
+# What a fresh machine does not have (the same list CI drops): caches and settings pointing into an old HOME or /tmp.
+DROPPED = tuple(ln.strip() for ln in (ROOT / ".ci" / "fresh-unset").read_text().splitlines()
+                if ln.strip() and not ln.startswith("#"))
 # The old /tmp is mounted at $S/old, the new one is $S/tmp; what must stay is bound back.
 ENTER = ('mount --bind /tmp "$S/old" && mount --bind "$S/tmp" /tmp && '
          'for p in $KEEP; do mkdir -p "$p" && mount --bind "$S/old/${p#/tmp/}" "$p" || exit 97; done')
