@@ -489,6 +489,10 @@ def test_shell_cannot_find_the_script_and_the_exit_ranks_after_it(tmp_path):
      "generic-native-crash", "other"),
     # glog's / absl's failure signal handler
     ("*** SIGILL received at time=1733050000 on cpu 3 ***", "generic-native-crash", "versions"),
+    # a check that names the software version it needs (TransformerEngine pytorch/fp8.py), other words between;
+    # a setting's bound in the same words stays the configuration's
+    ("AssertionError: FP8 block scaled GEMM requires Hopper and CUDA >= 12.9.", "generic-version-mismatch", "versions"),
+    ("AssertionError: this recipe requires ppo_mini_batch_size >= 2", "generic-config-error", "config"),
 ])
 def test_error_line_forms_from_their_printing_source(text, cid, category):
     top = explain_text("step:0 - starting\n" + text + "\n", matcher=layer_alone())[0]
