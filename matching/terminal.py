@@ -125,7 +125,7 @@ LACKING = re2.compile(r"^module '(\w+)[\w.]*' has no attribute ")
 # An install location, a frozen module, or a path elided in the paste (".../pkg/mod.py"): no tree shown.
 INSTALLED = re2.compile(r"(?:site|dist)-packages|/lib/python\d|^<|^\.\.\.")
 # The standard library's own files (lib/python3.X/, not site-/dist-packages under it).
-STDLIB = re2.compile(r"[/\\]lib[/\\]python\d(?:\.\d+)?[/\\](?:[\w-]+[/\\])?[\w-]+\.py$")
+STDLIB = re2.compile(r"(?:[/\\]lib(?:64)?[/\\]python\d(?:\.\d+)?|[/\\]Lib)[/\\](?:[\w-]+[/\\])?[\w-]+\.py$")
 # The installed package a frame's file belongs to: the first path part under site-/dist-packages.
 PACKAGE = re2.compile(r"(?:site|dist)-packages[/\\](\w+)")
 
@@ -178,6 +178,11 @@ class GClass:
     members: tuple[Member, ...] = ()
     also: tuple[Alt, ...] = ()            # other (exceptions, words, raised_in, not_in) that match
 
+    @property
+    def flagged(self) -> tuple[str, ...]:
+        """Every line pattern of the class: its lines, and those that count at INFO level."""
+        return self.lines + self.at_info
+
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("id", "category", "title", "cause", "fix", "confidence",
                                              "words", "raised_in", "not_in", "terminal", "after", "cut", "pattern")}
@@ -199,7 +204,7 @@ class Generic:
 
     def line_patterns(self) -> list[str]:
         """What the scanner's prefilter must flag for this layer."""
-        return list(EXCEPTION_PATTERNS) + [p for c in self.classes for p in c.lines]
+        return list(EXCEPTION_PATTERNS) + [p for c in self.classes for p in c.flagged]
 
     def at_info(self) -> tuple[str, ...]:
         return tuple(p for c in self.classes for p in c.at_info)
@@ -250,7 +255,7 @@ def _make_class(t: dict, family: bool) -> GClass:
     return GClass(id=t["id"], category=t.get("category", "other"), title=t["title"].strip(),
                   cause=t["cause"].strip(), fix=t["fix"].strip(), confidence=float(t["confidence"]),
                   references=tuple(t["references"]), exceptions=tuple(t.get("exceptions", ())),
-                  lines=lines + at_info, at_info=at_info, words=t.get("words"), raised_in=t.get("raised_in"),
+                  lines=lines, at_info=at_info, words=t.get("words"), raised_in=t.get("raised_in"),
                   not_in=t.get("not_in"), terminal=bool(t.get("terminal", False)),
                   alone=bool(t.get("alone", False)), after=bool(t.get("after", False)), cut=bool(t.get("cut", False)),
                   pattern=t.get("pattern"), members=members, also=also, phases=phases)
@@ -304,7 +309,7 @@ def _at_info_rx(g: Generic):
 @lru_cache(maxsize=4)
 def _line_set(g: Generic):
     """One RE2 set of every class's line patterns: which class a plain line may belong to."""
-    patterns = [p for c in g.classes for p in c.lines]
+    patterns = [p for c in g.classes for p in c.flagged]
     if not patterns:
         return None
     s = re2.Set.SearchSet(re2.Options())
@@ -584,7 +589,8 @@ def _handled(lines: _Lines, header: tuple | None, last_lvl, process) -> bool:
 # `doctor rules generic-*` says of them).
 WHERE_TAGS = {
     "msg:PATH": "a path its message names",
-    "tree:PATH": "an import failing inside the package it names, run from outside an install",
+    "tree:PATH": "an import failing inside the package it names, run from outside an install; or a local "
+                 "directory of a module's name, beside the file that found it lacking a name",
     "same:PATH": "a package asking its own module",
     "cross:A<-B": "raised in installed package A called from installed package B",
     "stdlib:PATH": "a file named like a standard-library module, outside it, that the standard library imported",
@@ -623,20 +629,23 @@ def _where(exc: Exc) -> list[str]:
 def _sibling_package(package: str, caller: str, frames: list) -> str | None:
     """A frame in a local directory named `package` beside the file that asked it for a name: where
     that file's directory is on sys.path (a script's own), the local directory is what was imported."""
-    here = caller.replace("\\", "/").rsplit("/", 1)[0]
+    here = caller.replace("\\", "/").removeprefix("./").rpartition("/")[0]
+    beside = f"{here}/{package}/" if here else f"{package}/"
     for _, path, _f in frames:
-        p = path.replace("\\", "/")
-        if not INSTALLED.search(p) and p.startswith(f"{here}/{package}/"):
+        p = path.replace("\\", "/").removeprefix("./")
+        if not INSTALLED.search(p) and p.startswith(beside):
             return path
     return None
 
 
 def _stdlib_shadow(frames: list) -> str | None:
     """A file named like a standard-library module, outside the standard library, that the standard
-    library itself imported (inspect's `import dis` loading ./dis.py): it shadows that module."""
-    for (_, outer, _f), (_, path, func) in zip(frames, frames[1:]):
-        name = path.replace("\\", "/").rsplit("/", 1)[-1]
-        if (func == "<module>" and name.endswith(".py") and name[:-3] in sys.stdlib_module_names
+    library imported at its top (inspect's `import dis` loading ./dis.py): it shadows that module.
+    Not a script the standard library runs (runpy, cProfile): their frames are no module's top."""
+    for (_, outer, ofunc), (_, path, func) in zip(frames, frames[1:]):
+        parts = path.replace("\\", "/").rsplit("/", 2)
+        name = parts[-2] if parts[-1] == "__init__.py" and len(parts) > 1 else parts[-1].removesuffix(".py")
+        if (func == ofunc == "<module>" and path.endswith(".py") and name in sys.stdlib_module_names
                 and STDLIB.search(outer) and not _package(outer) and not INSTALLED.search(path)):
             return path
     return None
@@ -666,7 +675,7 @@ def _across(frames: list) -> str | None:
 
 
 def _class_matches(c: GClass, exc: Exc | None, text: str) -> bool:
-    if any(_rx(p).search(text) for p in c.lines):
+    if any(_rx(p).search(text) for p in c.flagged):
         return True
     if exc is None or not (c.exceptions or c.also):
         return False
@@ -688,7 +697,7 @@ def _holds(c: "GClass | Alt", exc: Exc) -> bool:
 
 def _member_of(c: GClass, text: str) -> Member | None:
     """A family: the member whose range the code in the line falls in."""
-    if not any(_rx(p).search(text) for p in c.lines):
+    if not any(_rx(p).search(text) for p in c.flagged):
         return None
     m = _rx(c.pattern).search(text)
     if not m:
@@ -749,9 +758,8 @@ def is_consequence_line(text: str, g: Generic | None = None) -> bool:
 # The verdict of the layer
 
 
-def events(col: Collector) -> list[Event]:
+def events(col: Collector, g: Generic) -> list[Event]:
     """Every kept event, parsed; an exception that is an earlier member of a later chain is folded."""
-    g = generic()
     evs = [e for e in (parse(r, col.clean, g) for r in col.raws()) if e is not None]
     inner = {(e.line.file or "", x.n) for e in evs for x in e.chain[:-1]}
     return [e for e in evs if e.key not in inner]
@@ -773,7 +781,7 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
     `explained`: lines a rule that names a cause claims; `weak`: lines only a consequence rule
     claims (a chain through them may still show its cause); `limit`: how many (None: all)."""
     g = g or generic()
-    evs = events(col)
+    evs = events(col, g)
     last, end = {}, {}
     for e in evs:
         if e.chain and not e.handled:
@@ -823,8 +831,8 @@ def _phase(cut: GClass, run: list) -> Member | None:
     for ln in run:
         m = FRAME.search(ln.text)
         if m:
-            keys.append(f"{m.group('path') or m.group('tpath') or m.group('ipath')}:"
-                        f"{m.group('func') or m.group('tfunc') or m.group('ifunc') or ''}")
+            path = (m.group('path') or m.group('tpath') or m.group('ipath')).replace("\\", "/")
+            keys.append(f"{path}:{m.group('func') or m.group('tfunc') or m.group('ifunc') or ''}")
     for key in reversed(keys[-PHASE_FRAMES:]):
         hit = next((ph for ph in cut.phases if _rx(ph.match).search(key)), None)
         if hit:

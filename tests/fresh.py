@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,8 +20,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # What a fresh machine does not have (the same list CI drops): caches and settings pointing into an old HOME or /tmp.
-DROPPED = tuple(ln.strip() for ln in (ROOT / ".ci" / "fresh-unset").read_text().splitlines()
-                if ln.strip() and not ln.startswith("#"))
+DROPPED = tuple(name for ln in (ROOT / ".ci" / "fresh-unset").read_text().splitlines()
+                if (name := ln.split("#", 1)[0].strip()))
+assert all(re.fullmatch(r"[A-Za-z_]\w*", name) for name in DROPPED), ".ci/fresh-unset: not a variable name"
 # The old /tmp is mounted at $S/old, the new one is $S/tmp; what must stay is bound back.
 ENTER = ('mount --bind /tmp "$S/old" && mount --bind "$S/tmp" /tmp && '
          'for p in $KEEP; do mkdir -p "$p" && mount --bind "$S/old/${p#/tmp/}" "$p" || exit 97; done')

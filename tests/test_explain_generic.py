@@ -391,7 +391,8 @@ def test_ray_header_stops_the_remote_traceback(tmp_path):
     from matching.explain import Scan
     scan = Scan(layer_alone())
     scan.feed_stream(io.BytesIO(out.encode()))
-    key_error = next(e for e in terminal.events(scan.collector) if e.chain and e.chain[-1].type == "KeyError")
+    key_error = next(e for e in terminal.events(scan.collector, terminal.generic())
+                     if e.chain and e.chain[-1].type == "KeyError")
     # the remote frames only: not the driver's `get` above Ray's header
     assert [f for _, _, f in key_error.chain[-1].frames] == ["<module>", "run"] and key_error.header
 
@@ -493,6 +494,8 @@ def test_shell_cannot_find_the_script_and_the_exit_ranks_after_it(tmp_path):
     # a setting's bound in the same words stays the configuration's
     ("AssertionError: FP8 block scaled GEMM requires Hopper and CUDA >= 12.9.", "generic-version-mismatch", "versions"),
     ("AssertionError: this recipe requires ppo_mini_batch_size >= 2", "generic-config-error", "config"),
+    ("AssertionError: requires gpu_memory_utilization >= 0.5", "generic-config-error", "config"),
+    ("RuntimeError: flash_attn requires torch > 2.0", "generic-version-mismatch", "versions"),
 ])
 def test_error_line_forms_from_their_printing_source(text, cid, category):
     top = explain_text("step:0 - starting\n" + text + "\n", matcher=layer_alone())[0]
@@ -1007,6 +1010,38 @@ def test_a_cut_traceback_in_no_known_phase_stays_other(tmp_path):
     assert layer_verdict(body("generic-traceback-cut--ipython.log")) == ("generic-traceback-cut", "cluster")
 
 
+def frames_cut(*frames: tuple[str, str]) -> str:
+    """A traceback of (path, function) frames, cut before its exception line."""
+    return "Traceback (most recent call last):\n" + "".join(
+        f'  File "{p}", line 10, in {f}\n    call()\n' for p, f in frames)
+
+
+def test_a_phase_is_named_by_the_package_not_by_a_directory_that_looks_like_it():
+    site = "/opt/venv/lib/python3.11/site-packages"
+    # a Windows path is read like any other
+    assert layer_verdict(frames_cut(("C:\\app\\train.py", "<module>"),
+                                    ("C:\\venv\\Lib\\site-packages\\torch\\_ops.py", "__getattr__"))) == \
+        ("generic-traceback-cut", "versions")
+    # verl's own vllm_rollout/ directory is not vLLM: its wake_up over vLLM's weight loading is no memory phase
+    assert layer_verdict(frames_cut(("/verl/verl/workers/rollout/vllm_rollout/vllm_rollout.py", "wake_up"),
+                                    (f"{site}/vllm/model_executor/model_loader/loader.py", "load_weights"))) == \
+        ("generic-traceback-cut", "other")
+    # Ray's node shutting down is not ray.init starting one
+    assert layer_verdict(frames_cut((f"{site}/ray/_private/node.py", "kill_all_processes"))) == \
+        ("generic-traceback-cut", "other")
+    assert layer_verdict(frames_cut((f"{site}/ray/_private/node.py", "start_head_processes"))) == \
+        ("generic-traceback-cut", "cluster")
+
+
+def test_a_directory_named_like_ray_is_not_ray():
+    # generic-ray-cluster takes an exception raised in Ray's own files, not in a project's "xray/scripts/"
+    exc = 'Traceback (most recent call last):\n  File "/home/u/xray/scripts/prep.py", line 3, in <module>\n' \
+          "    load()\nValueError: bad row 3\n"
+    assert layer_verdict(exc) == ("generic-python-exception", "other")
+    ray = exc.replace("/home/u/xray/scripts/prep.py", "/usr/lib/python3.6/site-packages/ray/node.py")
+    assert layer_verdict(ray) == ("generic-ray-cluster", "cluster")
+
+
 def test_phases_belong_to_a_cut_class(tmp_path):
     path = tmp_path / "generic.toml"
     path.write_text('[[class]]\nid = "x"\ncategory = "data"\ntitle = "t"\ncause = "c"\nfix = "f"\nconfidence = 0.3\n'
@@ -1277,6 +1312,20 @@ def test_a_file_named_like_a_standard_module_that_the_standard_library_imports_s
     # a script of the same name that nothing in the standard library imported is no shadow
     out = python_output("import json\njson.no_such_name\n", tmp_path, name="code.py")
     assert layer_verdict(out) != ("generic-import-source-tree", "imports")
+    # nor a script the standard library runs (cProfile's runctx, runpy): its frames are no module's top
+    prof = tmp_path / "prof"   # away from the ./dis.py above
+    prof.mkdir()
+    (prof / "trace.py").write_text("import pyarrow\npyarrow.no_such_thing_x\n")
+    out = subprocess.run([sys.executable, "-m", "cProfile", "trace.py"], cwd=prof, capture_output=True,
+                         text=True, timeout=120).stderr
+    assert "cProfile.py" in out and "trace.py" in out, out
+    assert explain_text(out)[0].rule == "library-module-lacks-attribute"
+    # a local package of a standard module's name (./email/), imported by the standard library (http.client)
+    (prof / "email").mkdir()
+    (prof / "email" / "__init__.py").write_text("import inspect\nX = inspect.no_such_name\n")
+    out = python_output("import http.client\n", prof)
+    assert "http/client.py" in out and "email/__init__.py" in out, out
+    assert layer_verdict(out) == ("generic-import-source-tree", "imports")
     # IPython 7's frames ("/path/x.py in <module>()"): torch imported from its source checkout (pytorch#11222)
     assert explain_text(body("generic-import-source-tree--ipython.log"))[0].rule == "generic-import-source-tree"
 
@@ -1288,10 +1337,13 @@ def test_a_line_printed_at_info_level_counts_only_where_a_class_says_so(tmp_path
     text = terminal.GENERIC_FILE.read_text()
     assert "at_info = [" in text
     stripped = tmp_path / "generic.toml"
-    without = "\n".join(ln for ln in text.splitlines() if not ln.startswith("at_info = ["))
-    stripped.write_text(without)
+    # the same pattern as a plain line of the class: flagged, but an INFO line is no failure then
+    as_line = text.replace('"]\n# the trace is printed at INFO level, which otherwise marks a line as no failure\nat_info = [', '",\n         ', 1)
+    assert as_line != text
+    stripped.write_text(as_line)
     g = terminal.load_generic(stripped)
-    assert g.at_info() == () and terminal.generic().at_info()
+    nccl = g.by_id("generic-nccl-error")
+    assert g.at_info() == () and any("-> [1-6]" in p for p in nccl.lines) and terminal.generic().at_info()
     assert explain_text(trace, matcher=Matcher([], g)) == []
 
 
