@@ -496,6 +496,9 @@ def test_shell_cannot_find_the_script_and_the_exit_ranks_after_it(tmp_path):
     ("AssertionError: this recipe requires ppo_mini_batch_size >= 2", "generic-config-error", "config"),
     ("AssertionError: requires gpu_memory_utilization >= 0.5", "generic-config-error", "config"),
     ("RuntimeError: flash_attn requires torch > 2.0", "generic-version-mismatch", "versions"),
+    # a settings check about the config's own variables (accelerate utils/dataclasses.py)
+    ("ValueError: When using `deepspeed_config_file`, the following accelerate config variables will be ignored:",
+     "generic-config-error", "config"),
 ])
 def test_error_line_forms_from_their_printing_source(text, cid, category):
     top = explain_text("step:0 - starting\n" + text + "\n", matcher=layer_alone())[0]
