@@ -58,6 +58,9 @@ FALLBACK_PATTERNS = (
 # Colour codes, raw or as rsyslog stores them (control characters escaped as "#" and three octal digits,
 # its default EscapeControlCharactersOnReceive): "#033[2m#033[33m(raylet)#033[0m ..."
 _ANSI = re.compile(r"(?:\x1b|#033)\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+# The same colour codes with their escape character lost, as a paste into a web page shows them: Ray's
+# "[36m(TaskRunner pid=1)[0m ..." (SGR only; read where the line also holds a reset, "[0m")
+_BARE_SGR = re.compile(r"\[[0-9;]{0,8}m")
 # Ray prefixes: "(WorkerDict pid=123, ip=10.0.0.1)", "(pid=15052)", "(raylet, ip=...)",
 # "(TaskRunner pid=1)", "(autoscaler +3s)"; possibly repeated when lines are nested.
 _RAY_PREFIX = re.compile(
@@ -266,6 +269,8 @@ def clean_line(raw: bytes) -> Line:
     text = raw.decode("utf-8", "replace").rstrip("\r\n")
     if "\x1b" in text or "#033[" in text:
         text = _ANSI.sub("", text)
+    elif "[0m" in text:
+        text = _BARE_SGR.sub("", text)
     node = process = None
     while text and (text[0].isalnum() or text[0] in "(["):  # nested prefixes: the innermost Ray process, the first ip
         first = text[0]

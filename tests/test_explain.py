@@ -13,7 +13,7 @@ import pytest
 
 import matching.explain as ex
 from matching.catalog import CatalogError, catalog, load_rules
-from matching.explain import Matcher, explain_paths, explain_report, explain_text
+from matching.explain import Matcher, clean_line, explain_paths, explain_report, explain_text
 
 from .conftest import ROOT, run_doctor
 
@@ -241,6 +241,18 @@ def test_colour_codes_as_rsyslog_escapes_them(tmp_path):
     top = explain_paths([str(log)])[0]
     assert top.rule == "ray-oom-killer"
     assert all(ln.node == "10.1.2.3" and "#033" not in ln.text and not ln.text.startswith("(") for ln in top.lines)
+
+
+def test_colour_codes_whose_escape_a_paste_dropped_are_read_as_colour(tmp_path):
+    # a web page drops the ESC byte: Ray's coloured prefix then reads "[36m(raylet, ip=...)[0m"
+    raw = ("\x1b[36m(raylet, ip=10.1.2.3)\x1b[0m " + line for line in body("ray-oom-killer.log").splitlines())
+    log = tmp_path / "pasted.log"
+    log.write_text("\n".join(raw).replace("\x1b", "") + "\n")
+    top = explain_paths([str(log)])[0]
+    assert top.rule == "ray-oom-killer"
+    assert all(ln.node == "10.1.2.3" and "[0m" not in ln.text and not ln.text.startswith("(") for ln in top.lines)
+    # text that only looks like a code keeps it: no reset on the line
+    assert clean_line(b"loss [36m ok").text == "loss [36m ok"
 
 
 def test_the_ray_oom_summary_wrapped_by_a_console_is_read(tmp_path):
