@@ -199,6 +199,18 @@ class Generic:
     consequences: tuple[str, ...]
     progress: tuple[tuple[str, str], ...]   # (literal, pattern)
 
+    def __hash__(self) -> int:
+        """Hashed once: the layer's helpers are cached on it, per flagged line (a deep hash costs ~25 us)."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.classes, self.consequences, self.progress))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        """Pickled (matching/cache.py) without the hash: str hashes differ from process to process."""
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     def by_id(self, cid: str) -> GClass | None:
         return next((c for c in self.classes if c.id == cid), None)
 
