@@ -123,8 +123,9 @@ def _task_validate(req: dict, cfg: dict) -> dict:
     return run_validate(OmegaConf.create(cfg), validate_config, need_reference_policy, need_critic)
 
 
-def run_validate(cfg, validate_config, need_reference_policy, need_critic) -> dict:
-    """One validate_config call; the exception (innermost cause, verl's wording) or ok."""
+def run_validate(cfg, validate_config, need_reference_policy, need_critic, traceback: bool = False) -> dict:
+    """One validate_config call; the exception (innermost cause, verl's wording) or ok. `traceback`:
+    also the traceback as the interpreter prints it (the log a launch that fails this way leaves)."""
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out), _quiet_warnings():
@@ -133,8 +134,13 @@ def run_validate(cfg, validate_config, need_reference_policy, need_critic) -> di
         inner = exc
         while inner.__cause__ is not None:
             inner = inner.__cause__
-        return {"ok": False, "type": type(inner).__name__, "message": _first_line(inner) if str(inner) else "",
-                "outer": _first_line(exc)}
+        verdict = {"ok": False, "type": type(inner).__name__, "message": _first_line(inner) if str(inner) else "",
+                   "outer": _first_line(exc)}
+        if traceback:
+            import traceback as tb
+
+            verdict["traceback"] = "".join(tb.format_exception(exc))
+        return verdict
     return {"ok": True, "printed": out.getvalue().strip().splitlines()}
 
 

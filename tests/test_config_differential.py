@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -13,6 +14,7 @@ from collections import Counter
 import pytest
 
 from checks.config import late_problems, startup_problems
+from matching.explain import explain_text
 from tests.conftest import ROOT
 from tests.config_cases import nested
 
@@ -75,3 +77,20 @@ def test_extra_findings_are_listed(cases, capsys):
         print(f"\ndoctor-only findings on configs verl's validate_config accepts: {dict(extra)}")
     # configs that pass verl's start-up checks still carry failures verl meets later
     assert extra["config.micro_split"] + extra["config.mini_batch_dp"] > 0
+
+
+def test_every_verl_rejection_explains_as_the_configuration(cases):
+    # the log a launch that fails this way leaves: the traceback verl's own validate_config raised, as
+    # the interpreter prints it. Whichever rule or class names it, its category is config.
+    seen, wrong = set(), []
+    for r in cases:
+        if r["verl"]["ok"]:
+            continue
+        key = re.sub(r"\d+", "N", r["verl"]["message"])
+        if key in seen:
+            continue
+        seen.add(key)
+        found = explain_text(r["verl"]["traceback"])
+        if not found or found[0].category != "config":
+            wrong.append((r["verl"]["message"], found[0].rule if found else None))
+    assert len(seen) >= 8 and not wrong, wrong
