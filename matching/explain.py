@@ -62,9 +62,12 @@ _ANSI = re.compile(r"(?:\x1b|#033)\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 # "[36m(TaskRunner pid=1)[0m ..." (SGR only; read where the line also holds a reset, "[0m")
 _BARE_SGR = re.compile(r"\[[0-9;]{0,8}m")
 # Ray prefixes: "(WorkerDict pid=123, ip=10.0.0.1)", "(pid=15052)", "(raylet, ip=...)",
-# "(TaskRunner pid=1)", "(autoscaler +3s)"; possibly repeated when lines are nested.
+# "(TaskRunner pid=1)", "(autoscaler +3s)"; possibly repeated when lines are nested. And SkyPilot's, which
+# has the same shape (sky/skylet/log_lib.py, the job's run script): "(setup pid=N, ip=...)", "(task, pid=N)",
+# a multi-node job's "(head, rank=0, pid=N)" and "(worker1, rank=1, pid=N, ip=...)".
 _RAY_PREFIX = re.compile(
-    r"^\((?:(?P<name>[A-Za-z_][\w.:\-]*)(?: pid=(?P<pid>\d+)| \+[\d.]+[smh])?|pid=(?P<pid2>\d+))"
+    r"^\((?:(?P<name>[A-Za-z_][\w.:\-]*)(?:,? pid=(?P<pid>\d+)|, rank=\d+, pid=(?P<pid3>\d+)| \+[\d.]+[smh])?"
+    r"|pid=(?P<pid2>\d+))"
     r"(?:, ip=(?P<ip>[0-9A-Fa-f.:]+))?\) ?")
 # What a log collector puts before each line, stripped like Ray's prefix (before or after it):
 # `docker compose logs` "name  | " (padded to the longest service name; --timestamps adds an RFC 3339 time after it:
@@ -275,7 +278,7 @@ def clean_line(raw: bytes) -> Line:
     while text and (text[0].isalnum() or text[0] in "(["):  # nested prefixes: the innermost Ray process, the first ip
         first = text[0]
         if first == "(" and (m := _RAY_PREFIX.match(text)):
-            name, pid = m.group("name"), m.group("pid") or m.group("pid2")
+            name, pid = m.group("name"), m.group("pid") or m.group("pid2") or m.group("pid3")
             process = f"{name} pid={pid}" if name and pid else (name or f"pid={pid}")
             node = node or m.group("ip")
         elif first == "[" and (m := _RANK.match(text)):

@@ -125,6 +125,22 @@ def test_ray_prefix_ansi_crlf_and_node_evidence(tmp_path):
     assert not oom.text.startswith("(") and "\r" not in oom.text and "\x1b" not in oom.text
 
 
+@pytest.mark.parametrize("prefix,process,node", [
+    # SkyPilot's prefixes (sky/skylet/log_lib.py): a single-node task, a multi-node job's head and worker
+    ("(task, pid=10095) ", "task pid=10095", None),
+    ("(head, rank=0, pid=2956) ", "head pid=2956", None),
+    ("(worker1, rank=1, pid=2491, ip=10.1.2.3) ", "worker1 pid=2491", "10.1.2.3"),
+])
+def test_skypilots_prefix_names_the_process_and_node(tmp_path, prefix, process, node):
+    raw = ("\x1b[36m" + prefix.rstrip() + "\x1b[0m " + line for line in body("memory-oom-log-prob.log").splitlines())
+    log = tmp_path / "sky.log"
+    log.write_text("\n".join(raw) + "\n")
+    top = explain_paths([str(log)])[0]
+    assert top.rule == "memory-oom-log-prob"
+    oom = [ln for ln in top.lines if "CUDA out of memory" in ln.text][0]
+    assert (oom.process, oom.node) == (process, node) and not oom.text.startswith("(")
+
+
 # What collectors put before every line (matching/explain.py _CAPTURE names their sources)
 CAPTURES = {"docker compose logs": "verl-trainer-1  | ",
             "docker compose logs -t": "verl-trainer-1  | 2025-03-04T05:06:07.123456789Z ",
