@@ -692,7 +692,11 @@ class Scan:
                     if not e.generic and by_id[e.rule][1].yields_to}
         if not yielding:
             return found
-        rest = explained - set().union(*(lines for _, lines in yielding.values()))
+        # the layer reads the yielding rules' lines as if no rule had claimed them or the lines beside them
+        # (another rule's line printed next to one would otherwise make it that rule's report)
+        near = {(f, n + d) for lines in (ls for _, ls in yielding.values()) for f, n in lines
+                for d in range(-terminal.NEAR_RULE, terminal.NEAR_RULE + 1)}
+        rest = explained - near
         verdicts = terminal.analyse(self.collector, rest, self.m.layer, frozenset(weak - rest), limit=None)
         out = []
         for e in found:
