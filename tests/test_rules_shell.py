@@ -41,3 +41,16 @@ def test_a_missing_directory_whose_name_bash_quotes_is_still_missing(tmp_path):
     log = tmp_path / "tab.log"
     assert "$'" in run_script("bash", script, log), log.read_text()
     assert explain_paths([str(log)])[0].rule == "remote-workdir-missing"
+
+
+def test_a_launchers_unresolvable_host_is_the_network(tmp_path):
+    # a real ssh to a name that does not resolve (what pdsh, mpirun and DeepSpeed's runner print for a
+    # hostfile entry no node's /etc/hosts or DNS knows), and MPICH's TCP netmod line for the same
+    out = subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "doctor-no-such-host.invalid",
+                          "true"], capture_output=True, text=True, timeout=30)
+    assert "Could not resolve hostname doctor-no-such-host.invalid" in out.stderr, out.stderr
+    log = tmp_path / "ssh.log"
+    log.write_text(out.stderr)
+    assert (explain_paths([str(log)])[0].rule, explain_paths([str(log)])[0].category) == ("generic-connection", "network")
+    log.write_text("MPID_nem_tcp_init(379)..................: gethostbyname failed, node-7 (errno 2)\n")
+    assert explain_paths([str(log)])[0].category == "network"
