@@ -249,26 +249,19 @@ def test_a_directory_stands_for_its_log_files(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-def test_colour_codes_as_rsyslog_escapes_them(tmp_path):
-    # rsyslog stores the ESC byte as "#033": Ray's coloured prefixes then read "#033[2m#033[33m(raylet)#033[0m"
+@pytest.mark.parametrize("escape", ["#033", ""])
+def test_colour_codes_as_a_collector_or_a_paste_leaves_them(tmp_path, escape):
+    # rsyslog stores the ESC byte as "#033" ("#033[2m#033[33m(raylet)#033[0m"); a web page drops it ("[33m(raylet)[0m")
     raw = ("\x1b[2m\x1b[33m(raylet, ip=10.1.2.3)\x1b[0m " + line for line in body("ray-oom-killer.log").splitlines())
-    log = tmp_path / "syslog"
-    log.write_text("\n".join(raw).replace("\x1b", "#033") + "\n")
-    top = explain_paths([str(log)])[0]
-    assert top.rule == "ray-oom-killer"
-    assert all(ln.node == "10.1.2.3" and "#033" not in ln.text and not ln.text.startswith("(") for ln in top.lines)
-
-
-def test_colour_codes_whose_escape_a_paste_dropped_are_read_as_colour(tmp_path):
-    # a web page drops the ESC byte: Ray's coloured prefix then reads "[36m(raylet, ip=...)[0m"
-    raw = ("\x1b[36m(raylet, ip=10.1.2.3)\x1b[0m " + line for line in body("ray-oom-killer.log").splitlines())
-    log = tmp_path / "pasted.log"
-    log.write_text("\n".join(raw).replace("\x1b", "") + "\n")
+    log = tmp_path / "ray.log"
+    log.write_text("\n".join(raw).replace("\x1b", escape) + "\n")
     top = explain_paths([str(log)])[0]
     assert top.rule == "ray-oom-killer"
     assert all(ln.node == "10.1.2.3" and "[0m" not in ln.text and not ln.text.startswith("(") for ln in top.lines)
-    # text that only looks like a code keeps it: no reset on the line
-    assert clean_line(b"loss [36m ok").text == "loss [36m ok"
+
+
+def test_text_that_only_looks_like_a_colour_code_keeps_it():
+    assert clean_line(b"loss [36m ok").text == "loss [36m ok"    # no reset on the line: not a colour
 
 
 def test_the_ray_oom_summary_wrapped_by_a_console_is_read(tmp_path):
