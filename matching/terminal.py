@@ -521,6 +521,15 @@ def _lines_of(raw: Raw, clean) -> _Lines:
     return _Lines(raw, clean)
 
 
+def _frame(text: str) -> tuple[str, str] | None:
+    """(path, function) of a frame line in any of FRAME's forms, or None."""
+    m = FRAME.search(text)
+    if m is None:
+        return None
+    return (m.group("path") or m.group("tpath") or m.group("ipath"),
+            m.group("func") or m.group("tfunc") or m.group("ifunc") or "")
+
+
 def _traceback_above(lines: list, end: int, process) -> tuple[list, int]:
     """Frames above lines[end] of the same process, up to its Traceback header: (frames, header index)."""
     frames = []
@@ -528,10 +537,9 @@ def _traceback_above(lines: list, end: int, process) -> tuple[list, int]:
         ln = lines[i]
         if ln.process != process:
             continue
-        m = FRAME.search(ln.text)
-        if m:
-            frames.append((ln, m.group("path") or m.group("tpath") or m.group("ipath"),
-                           m.group("func") or m.group("tfunc") or m.group("ifunc") or ""))
+        frame = _frame(ln.text)
+        if frame:
+            frames.append((ln, *frame))
         elif HEADER.search(ln.text):
             return frames[::-1], i
         elif CHAIN.search(ln.text.strip()) or EXC_LINE.search(ln.text):
@@ -552,12 +560,12 @@ def _previous_in_chain(lines: list, header: int, process) -> int:
     return -1
 
 
-def parse(raw: Raw, clean, g: Generic | None = None) -> Event | None:
+def parse(raw: Raw, clean, g: Generic) -> Event | None:
     """The event of a flagged line: a plain line, or an exception with its traceback and chain."""
     lines = _lines_of(raw, clean)
     me = lines[len(lines) - 1]
     if WARNING_LINE.search(me.text):
-        at_info = _at_info_rx(g or generic())
+        at_info = _at_info_rx(g)
         if not (at_info and at_info.search(me.text)):
             return None                              # warnings are not failures
     ev = Event(me)
@@ -732,6 +740,11 @@ class Verdict:
     def category(self) -> str:
         return self.member.category if self.member else self.cls.category
 
+    @property
+    def kind(self) -> tuple[str, str]:
+        """What a finding says: its class, and the member's or phase's meaning (one finding each)."""
+        return self.cls.id, self.member.meaning if self.member else ""
+
 
 def classify(ev: Event, g: Generic, final: bool, weak: frozenset = frozenset(), bare: bool = False,
              ends: bool = False) -> Verdict | None:
@@ -809,23 +822,22 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
             continue
         if v.cls.cut:
             v.tail, v.member = _cut_frames(col, e, v.cls)
-        key = (v.cls.id, v.member.meaning if v.member else "")
-        if key in seen:
-            seen[key][1] += 1
+        if v.kind in seen:
+            seen[v.kind][1] += 1
             continue
-        seen[key] = [v, 1]
+        seen[v.kind] = [v, 1]
         verdicts.append(v)
     if not any(not (v.cls.terminal or v.cls.after) for v in verdicts):  # nothing specific: a wrapper's type
         for v in _wrapped(evs, col, explained, g):
-            if (v.cls.id, "") not in seen:
-                seen[(v.cls.id, "")] = [v, 1]
+            if v.kind not in seen:
+                seen[v.kind] = [v, 1]
                 verdicts.append(v)
     if not verdicts:
         verdicts = _consequences_alone(evs, col, explained | weak, g) or (
             [] if explained or weak else _ends_in_frames(col, g))
-        seen = {(v.cls.id, v.member.meaning if v.member else ""): [v, 1] for v in verdicts}
+        seen = {v.kind: [v, 1] for v in verdicts}
     verdicts.sort(key=lambda v: (v.cls.terminal or v.cls.after, v.event.key))
-    return [(v, seen[(v.cls.id, v.member.meaning if v.member else "")][1]) for v in verdicts][:limit]
+    return [(v, seen[v.kind][1]) for v in verdicts][:limit]
 
 
 def _cut_frames(col: Collector, e: Event, cut: GClass) -> tuple[list, Member | None]:
@@ -839,13 +851,9 @@ def _cut_frames(col: Collector, e: Event, cut: GClass) -> tuple[list, Member | N
 
 def _phase(cut: GClass, run: list) -> Member | None:
     """The phase the innermost frames of a cut traceback name ("path:function", innermost first)."""
-    keys = []
-    for ln in run:
-        m = FRAME.search(ln.text)
-        if m:
-            path = (m.group('path') or m.group('tpath') or m.group('ipath')).replace("\\", "/")
-            keys.append(f"{path}:{m.group('func') or m.group('tfunc') or m.group('ifunc') or ''}")
-    for key in reversed(keys[-PHASE_FRAMES:]):
+    frames = [f for f in map(_frame, (ln.text for ln in run)) if f]
+    keys = [path.replace("\\", "/") + ":" + func for path, func in frames[-PHASE_FRAMES:]]
+    for key in reversed(keys):
         hit = next((ph for ph in cut.phases if _rx(ph.match).search(key)), None)
         if hit:
             return hit
