@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import threading
+import traceback
 
 _HYDRA_LOCK = threading.Lock()  # Hydra keeps global state: one compose at a time per process
 
@@ -123,8 +124,8 @@ def _task_validate(req: dict, cfg: dict) -> dict:
     return run_validate(OmegaConf.create(cfg), validate_config, need_reference_policy, need_critic)
 
 
-def run_validate(cfg, validate_config, need_reference_policy, need_critic, traceback: bool = False) -> dict:
-    """One validate_config call; the exception (innermost cause, verl's wording) or ok. `traceback`:
+def run_validate(cfg, validate_config, need_reference_policy, need_critic, with_traceback: bool = False) -> dict:
+    """One validate_config call; the exception (innermost cause, verl's wording) or ok. `with_traceback`:
     also the traceback as the interpreter prints it (the log a launch that fails this way leaves)."""
     out = io.StringIO()
     try:
@@ -136,10 +137,8 @@ def run_validate(cfg, validate_config, need_reference_policy, need_critic, trace
             inner = inner.__cause__
         verdict = {"ok": False, "type": type(inner).__name__, "message": _first_line(inner) if str(inner) else "",
                    "outer": _first_line(exc)}
-        if traceback:
-            import traceback as tb
-
-            verdict["traceback"] = "".join(tb.format_exception(exc))
+        if with_traceback:
+            verdict["traceback"] = "".join(traceback.format_exception(exc))
         return verdict
     return {"ok": True, "printed": out.getvalue().strip().splitlines()}
 

@@ -93,7 +93,7 @@ def run_verl(n: int, seed: int, timed: bool = False) -> None:
         cfg = OmegaConf.create(tree)
         t0 = time.perf_counter()
         with redirect_stdout(io.StringIO()):
-            verdict = run_validate(cfg, validate_config, need_reference_policy, need_critic, traceback=True)
+            verdict = run_validate(cfg, validate_config, need_reference_policy, need_critic, with_traceback=True)
         seconds = time.perf_counter() - t0
         view = {k: OmegaConf.select(cfg, k, default=None) for k in STARTUP_KEYS}
         row = {"overrides": overrides, "verl": verdict, "view": view}
