@@ -31,7 +31,7 @@ from typing import BinaryIO, Iterable
 
 import re2
 
-from matching import terminal
+from matching import newlines, terminal
 from matching.catalog import Rule, catalog
 from matching.ahead import Ahead, start_ahead
 from matching.prefilter import make_prefilter
@@ -436,10 +436,10 @@ class _Numbers:
     """Line numbers in one block: number(pos) is the number of the line holding buf[pos], counted
     from the nearest position numbered before (the ascending ones are kept; the last one asked is
     too), so a block's newlines are counted about once however its lines are asked for."""
-    __slots__ = ("count", "at", "n", "cur", "cur_n")
+    __slots__ = ("buf", "at", "n", "cur", "cur_n")
 
     def __init__(self, buf, first: int, known: tuple[list[int], list[int]] | None = None):
-        self.count = buf.count
+        self.buf = buf
         # ascending (position, number); `known`: positions from 0 up and the newlines before each
         at, before = known or ([0], [0])
         self.at, self.n = at, [first + c for c in before]
@@ -450,23 +450,24 @@ class _Numbers:
         """Newlines before every STRIDE-th byte of buf[:end] and before end: then a number costs
         a count of STRIDE / 2 bytes at most."""
         at = [*range(0, end, STRIDE), end]
-        count, n, total = buf.count, [0], 0
+        count, n, total = newlines.count, [0], 0
         for a, b in zip(at, at[1:]):
-            total += count(b"\n", a, b)
+            total += count(buf, a, b)
             n.append(total)
         return at, n
 
     def __call__(self, pos: int) -> int:
-        at, n, count, cur = self.at, self.n, self.count, self.cur
+        at, n, buf, cur = self.at, self.n, self.buf, self.cur
+        count = newlines.count
         i = bisect_right(at, pos) - 1       # at[i] <= pos
         base, num = (cur, self.cur_n) if at[i] < cur <= pos else (at[i], n[i])
         above = at[i + 1] if i + 1 < len(at) else None
         if cur > pos and cur - pos < pos - base and (above is None or cur < above):
-            num = self.cur_n - count(b"\n", pos, cur)
+            num = self.cur_n - count(buf, pos, cur)
         elif above is not None and above - pos < pos - base:
-            num = n[i + 1] - count(b"\n", pos, above)
+            num = n[i + 1] - count(buf, pos, above)
         else:
-            num += count(b"\n", base, pos)
+            num += count(buf, base, pos)
         if pos > at[-1]:
             at.append(pos)
             n.append(num)
