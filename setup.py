@@ -3,4 +3,4 @@
 # to pure Python.
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("matching._newlines", ["matching/_newlines.c"], optional=True)])
+setup(ext_modules=[Extension("matching._lines", ["matching/_lines.c"], optional=True)])

@@ -31,7 +31,7 @@ from typing import BinaryIO, Iterable
 
 import re2
 
-from matching import newlines, terminal
+from matching import lines as block_lines, terminal
 from matching.catalog import Rule, catalog
 from matching.ahead import Ahead, start_ahead
 from matching.prefilter import make_prefilter
@@ -450,7 +450,7 @@ class _Numbers:
         """Newlines before every STRIDE-th byte of buf[:end] and before end: then a number costs
         a count of STRIDE / 2 bytes at most."""
         at = [*range(0, end, STRIDE), end]
-        count, n, total = newlines.count, [0], 0
+        count, n, total = block_lines.count, [0], 0
         for a, b in zip(at, at[1:]):
             total += count(buf, a, b)
             n.append(total)
@@ -458,7 +458,7 @@ class _Numbers:
 
     def __call__(self, pos: int) -> int:
         at, n, buf, cur = self.at, self.n, self.buf, self.cur
-        count = newlines.count
+        count = block_lines.count
         i = bisect_right(at, pos) - 1       # at[i] <= pos
         base, num = (cur, self.cur_n) if at[i] < cur <= pos else (at[i], n[i])
         above = at[i + 1] if i + 1 < len(at) else None
@@ -560,30 +560,18 @@ class Scan:
         by cheap patterns only (error-like words): they cost no exact match, and no line count
         until the generic layer keeps one. `pre`: the helper's hits; `known`: _Numbers.totals."""
         cheap, other = pre or self.m.prefilter.candidates(view[:end])
-        hits = sorted(cheap + other) if other else cheap  # two sorted runs: one linear merge
         number = _Numbers(buf, line_base + 1, known)
-        starts: list[int] = []    # the error-like lines: where they start, their bytes
-        lines: list[bytes] = []
-        line_end, o, n_other = -1, 0, len(other)
-        rfind, find = buf.rfind, buf.find
-        for pos in hits:
-            if pos <= line_end:
-                continue  # this line is done
-            ls = rfind(b"\n", 0, pos) + 1
-            line_end = find(b"\n", pos, end)
-            if line_end < 0:
-                line_end = end
-            if line_end - ls <= MAX_LINE_BYTES:
-                raw = view[ls:line_end].tobytes()
-            else:
-                raw = clip_line(buf, ls, line_end, pos)
-            if o < n_other and other[o] <= line_end:  # a rule's pattern may hit it: match exactly
-                while o < n_other and other[o] <= line_end:
-                    o += 1
-                if not self._line(raw, number(ls), name):
-                    continue
-            starts.append(ls)
-            lines.append(raw)
+        # the error-like lines: where they start, their bytes
+        starts, lines, special = block_lines.hit_lines(buf, end, cheap, other, MAX_LINE_BYTES)
+        dropped = set()
+        for i, line_end, pos, has_other in special:
+            if lines[i] is None:
+                lines[i] = clip_line(buf, starts[i], line_end, pos)
+            if has_other and not self._line(lines[i], number(starts[i]), name):  # match exactly
+                dropped.add(i)
+        if dropped:
+            starts = [ls for i, ls in enumerate(starts) if i not in dropped]
+            lines = [raw for i, raw in enumerate(lines) if i not in dropped]
         if self.pending and lines:
             self._satisfy(starts, lines, number, name)
         if self.collector is not None:
