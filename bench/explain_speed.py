@@ -14,9 +14,13 @@ which goes first:
            (a fixed anchor: the catalog's own patterns grow with every rule, which slows their grep
            and so flatters the first ratio; this one stays the same from release to release)
 
+  python-loops: doctor with DOCTOR_NATIVE=0  (where matching/_lines.c is built: the same run with its
+           line loops in Python, so what the C ones buy is measured in the same rounds)
+
 and prints the ratio of their times (goal <= 2), doctor's throughput in MB/s and its peak RSS
 (goal <= 150 MB). Times are medians over the rounds; the ratio is what to compare across
-machines, not the absolute seconds.
+machines, not the absolute seconds. Before the rounds the project's bytecode is compiled (a user's
+Python writes it on the first run; PYTHONDONTWRITEBYTECODE=1 would have every run compile again).
 
 The peak RSS of the timed runs is at least this script's own: Linux carries a parent's high-water
 mark over into the child it forks and execs (/bin/true started from here reports this process's
@@ -39,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from matching import lines as block_lines  # noqa: E402
 from matching.explain import default_matcher  # noqa: E402
 
 # ../shared beside the checkout, or beside the checkout's parent (a git worktree under wt/)
@@ -48,6 +53,7 @@ CLEAN = next((p / "shared" / "research" / "clean-logs" for p in ROOT.parents[:2]
 FIX = ROOT / "tests" / "fixtures" / "explain"
 VERL_LOGS = [f"{i:03d}.log" for i in range(1, 12)]  # 001-011 are verl training runs
 ERROR_FIXTURES = ["memory-oom-log-prob.log", "ray-actor-died.log"]
+PACKAGES = ["doctor", "checks", "knowledge", "launch", "matching", "probes", "supervisor", "trainer"]
 
 
 def ere(pattern: str) -> str:
@@ -191,8 +197,12 @@ def main() -> int:
         print(f"generated {size / 1e6:.0f} MB ({error_line - 1} lines before the failure) "
               f"in {time.perf_counter() - t0:.1f}s: {log}")
         doctor_cmd = [sys.executable, "-m", "doctor", "explain", "--json", str(log)]
-        # warm both: the page cache, and doctor's compiled-pattern cache
+        # warm both: the page cache, doctor's compiled-pattern cache, and the project's bytecode (a
+        # user's Python writes it on the first run; PYTHONDONTWRITEBYTECODE=1, set on these machines,
+        # would leave every timed run compiling the project's sources again)
         subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(ROOT / p) for p in PACKAGES)],
+                       stdout=subprocess.DEVNULL, check=True)
         subprocess.run([sys.executable, "-m", "doctor", "explain", str(FIX / ERROR_FIXTURES[0])],
                        stdout=subprocess.DEVNULL, check=False)
         os.environ["LC_ALL"] = "C"
@@ -200,6 +210,8 @@ def main() -> int:
         if not args.no_catalog_grep:
             cmds["grep"] = grep_cmd + [str(log)]
         cmds["words"] = words_cmd + [str(log)]
+        if block_lines.native:  # what the C line loops buy, side by side
+            cmds["python-loops"] = ["env", "DOCTOR_NATIVE=0", *doctor_cmd]
         times, rss, verdict = rounds(cmds, args.rounds)
         d_times, w_times, g_times = times["doctor"], times["words"], times.get("grep")
         top = verdict["findings"][0] if verdict and verdict["findings"] else None
@@ -210,11 +222,17 @@ def main() -> int:
             print(f"doctor explain / grep -c -E ({len(patterns)} patterns): "
                   f"{d / statistics.median(g_times):.2f}  (goal <= 2)")
         print(f"doctor explain / grep -c -E (error-like words, the fixed anchor): {d / w:.2f}")
+        if "python-loops" in times:
+            p = statistics.median(times["python-loops"])
+            print(f"doctor explain with its line loops in Python (DOCTOR_NATIVE=0) / the anchor: {p / w:.2f}; "
+                  f"with them in C / in Python: {d / p:.2f}")
         print(f"doctor explain throughput: {size / 1e6 / d:.0f} MB/s")
         print(f"doctor explain peak RSS: {max(rss) / 2**20:.0f} MiB  (goal <= 150)")
         print(f"doctor explain peak RSS, its own (started from a fresh interpreter): "
               f"{own_peak_rss(doctor_cmd) / 2**20:.1f} MiB")
         print(f"doctor explain start-up (a 1-line log, median of 5): {start_up(tmpdir) * 1000:.0f} ms")
+        print("doctor explain's line loops: " + ("C (matching/_lines.c)" if block_lines.native else
+                                                "Python (matching/_lines.c is not built here)"))
         ok = top is not None and top["rule"] == "memory-oom-log-prob"
         return 0 if ok else 1
     finally:
