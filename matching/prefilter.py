@@ -43,6 +43,44 @@ def _prefilter_form(pattern: str) -> str:
             return pattern
 
 
+def _top_level_alternation(pattern: str) -> bool:
+    """Whether `|` splits the pattern itself (not only a group or a class inside it)."""
+    depth, i, n = 0, 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 1
+        elif c == "[":  # a class: up to its closing bracket (one right after [ or [^ is a member)
+            i += 2 if pattern.startswith("[^", i) else 1
+            i += pattern[i:i + 1] == "]"
+            while i < n and pattern[i] != "]":
+                i += 2 if pattern[i] == "\\" else 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            return True
+        i += 1
+    return False
+
+
+def _implied(longer: str, prefix: str) -> bool:
+    """Whether every match of `longer` holds a match of `prefix`: it is `prefix` followed by more
+    (not a quantifier on prefix's last atom), and `prefix` is one sequence, not an alternation."""
+    return (len(longer) > len(prefix) and longer.startswith(prefix)
+            and longer[len(prefix)] not in "*+?{" and not _top_level_alternation(prefix))
+
+
+def _line_markers(exprs: list[str], cheap: list[bool]) -> list[int]:
+    """The indexes to scan for: a cheap pattern's hit only marks its line as error-like, so one
+    whose every match holds another cheap one's (Python's "Traceback (most recent call last):"
+    and its "Traceback (most recent call last)") adds only callbacks: dropped."""
+    marks = [i for i, c in enumerate(cheap) if c]
+    return [i for i, e in enumerate(exprs)
+            if not cheap[i] or not any(j != i and _implied(e, exprs[j]) for j in marks)]
+
+
 # Hits one block may report before we stop Hyperscan and walk that block line by line with RE2
 # instead: hostile input ("ERROR ERROR ..." for megabytes) must not grow memory with the block.
 MAX_HITS_PER_BLOCK = 100_000
@@ -56,9 +94,11 @@ class HyperscanPrefilter:
         self._patterns = patterns
         self._cheap = [i in cheap for i in range(len(patterns))]  # a list index: the cheapest test
         self._re2: Re2Prefilter | None = None
-        exprs = [_prefilter_form(p).encode() for p in patterns]
-        key = cache.cache_key(b"\0".join(exprs) + hyperscan.__version__.encode())
-        self.db = self._load(key) or self._compile(exprs, key)
+        forms = [_prefilter_form(p) for p in patterns]
+        ids = _line_markers(forms, self._cheap)
+        exprs = [forms[i].encode() for i in ids]
+        key = cache.cache_key(b"\0".join(exprs) + repr(ids).encode() + hyperscan.__version__.encode())
+        self.db = self._load(key) or self._compile(exprs, ids, key)
         self._scratch = hyperscan.Scratch(self.db)
 
     def _load(self, key: str):
@@ -68,11 +108,11 @@ class HyperscanPrefilter:
         except Exception:  # unreadable or from another build: compile afresh
             return None
 
-    def _compile(self, exprs: list[bytes], key: str):
+    def _compile(self, exprs: list[bytes], ids: list[int], key: str):
         hs = self._hs
         db = hs.Database(mode=hs.HS_MODE_BLOCK)
         flags = [hs.HS_FLAG_PREFILTER | hs.HS_FLAG_ALLOWEMPTY] * len(exprs)
-        db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs), flags=flags)
+        db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=flags)
         cache.store(f"hs-{key}.db", hs.dumpb(db), "hs-*.db", keep=32)
         return db
 
