@@ -66,13 +66,22 @@ static PyObject *count(PyObject *self, PyObject *args)
 
 /* The next of two ascending lists of hits, merged: 1 and *pos (*from_b: from the second), 0 when
  * both are done, -1 on an error. */
+static int offset_at(PyObject *list, Py_ssize_t k, Py_ssize_t *out)
+{
+    PyObject *o = PyList_GET_ITEM(list, k);
+    if (!PyLong_CheckExact(o)) {  /* an int subclass could run code that changes the lists */
+        PyErr_SetString(PyExc_TypeError, "hit offsets must be ints");
+        return -1;
+    }
+    *out = PyLong_AsSsize_t(o);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 static int next_hit(PyObject *a, Py_ssize_t *i, PyObject *b, Py_ssize_t *j, Py_ssize_t *pos, int *from_b)
 {
     Py_ssize_t x = 0, y = 0;
     int more_a = *i < PyList_GET_SIZE(a), more_b = *j < PyList_GET_SIZE(b);
-    if (more_a && (x = PyLong_AsSsize_t(PyList_GET_ITEM(a, *i))) == -1 && PyErr_Occurred())
-        return -1;
-    if (more_b && (y = PyLong_AsSsize_t(PyList_GET_ITEM(b, *j))) == -1 && PyErr_Occurred())
+    if ((more_a && offset_at(a, *i, &x) < 0) || (more_b && offset_at(b, *j, &y) < 0))
         return -1;
     if (!more_a && !more_b)
         return 0;

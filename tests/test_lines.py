@@ -98,6 +98,17 @@ def test_bad_arguments_are_refused(bad):
         lines.count(*bad)
 
 
+class _Offset(int):
+    pass
+
+
+@native_only
+@pytest.mark.parametrize("cheap, other", [([1.0], []), ([], ["1"]), ([_Offset(1)], []), ((1,), [])])
+def test_the_c_hit_lines_takes_lists_of_plain_ints_only(cheap, other):
+    with pytest.raises(TypeError):
+        NATIVE.hit_lines(b"a\nERROR\n", 8, cheap, other, 100)
+
+
 def test_explain_gives_the_same_findings_with_and_without_the_c_versions(tmp_path):
     # 36 MB: more blocks than the helper on another core needs to start; the failure near the end
     fixtures = ROOT / "tests" / "fixtures" / "explain"
