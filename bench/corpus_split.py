@@ -51,6 +51,20 @@ def read_header(path: Path) -> tuple[dict[str, str], list[str]]:
     return head, lines[body_at:]
 
 
+def body_bytes(path: Path) -> bytes:
+    """The log as the thread printed it: the file's bytes after its header lines (read_header's).
+    The header is ours (the cause in our words, the source URL): doctor explain must not read it."""
+    data = path.read_bytes()
+    at = 0
+    while at < len(data):
+        end = data.find(b"\n", at)
+        end = len(data) if end < 0 else end + 1
+        if not HEADER.match(data[at:end].rstrip(b"\r\n").decode("utf-8", "replace")):
+            break
+        at = end
+    return data[at:]
+
+
 def kind_of(head: dict) -> str:
     return "clean" if head.get("kind") == "clean" else "failures"
 

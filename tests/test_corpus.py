@@ -107,3 +107,18 @@ def test_threads_that_differ_only_in_cjk_words_get_files_of_their_own(tmp_path, 
     cs.add([str(incoming)])
     logs = sorted(p.read_text() for p in (tmp_path / "corpus").rglob("*.log"))
     assert len(logs) == 2 and "line one 0" in logs[0] and "line one 1" in logs[1]
+
+
+def test_the_benchmark_gives_doctor_the_log_without_our_header(tmp_path):
+    # the header's cause is the answer in our words: read, it would name the category for doctor
+    from bench.corpus_split import body_bytes
+    from bench.explain_accuracy import findings
+
+    body = b"# a comment the run printed itself\r\nstep:1 - loss:0.1\n"
+    log = tmp_path / "x.log"
+    log.write_bytes(b"# source: https://example.org/1\n# category: memory\n"
+                    b"# cause: torch.OutOfMemoryError: CUDA out of memory in the rollout\n" + body)
+    assert body_bytes(log) == body
+    assert findings(log) == []
+    log.write_bytes(body)  # a log with no header: all of it
+    assert body_bytes(log) == body
