@@ -44,6 +44,7 @@ PHASE_FRAMES = 6           # innermost frames of a cut traceback read for the ph
 TAIL_BYTES = 16 << 10      # each file's last bytes: the frames of a traceback the log ends inside
 MAX_FINDINGS = 3
 NEAR_RULE = 5              # a flagged line this close to a rule's line is part of that report
+LAST_LINES = 8             # a log's last (non-empty) lines where its closing error line is looked for
 
 # An exception line: the type (dotted, ending like an exception), an optional wrapped type, the message.
 # vLLM prefixes every line of a logged traceback with "ERROR <date> [file:line] "; torchrun with "[rankN]: "
@@ -172,6 +173,7 @@ class GClass:
     alone: bool = False                   # only when the log shows nothing but consequences
     after: bool = False                   # ranks after the other classes' findings (an exit status)
     cut: bool = False                     # only a plain line the log ends on: what it opened was cut off
+    last: bool = False                    # a family read from the log's last lines alone (no line flagged)
     pattern: str | None = None            # a family: the code's pattern, with a `code` group
     at_info: tuple[str, ...] = ()         # lines that report a failure though printed at INFO/WARN level
     phases: tuple[Member, ...] = ()       # a cut class: what the innermost frames it stopped in point to
@@ -185,7 +187,7 @@ class GClass:
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("id", "category", "title", "cause", "fix", "confidence",
-                                             "words", "raised_in", "not_in", "terminal", "after", "cut", "pattern")}
+                                             "words", "raised_in", "not_in", "terminal", "after", "cut", "last", "pattern")}
         out.update(exceptions=list(self.exceptions), lines=list(self.lines), at_info=list(self.at_info),
                    references=list(self.references), layer="generic",
                    members=[vars(m) for m in self.members], phases=[vars(m) for m in self.phases],
@@ -226,7 +228,8 @@ _CLASS_KEYS = {"id", "category", "title", "cause", "fix", "confidence", "referen
                "lines", "at_info", "words", "raised_in", "not_in", "terminal", "alone", "after", "cut", "also",
                "phases"}
 _ALT_KEYS = {"exceptions", "words", "raised_in", "not_in"}
-_FAMILY_KEYS = {"id", "title", "cause", "fix", "confidence", "references", "lines", "at_info", "pattern", "members"}
+_FAMILY_KEYS = {"id", "title", "cause", "fix", "confidence", "references", "lines", "at_info", "pattern", "members",
+                "last"}
 
 
 def _regex(value, where: str) -> str:
@@ -262,7 +265,9 @@ def _make_class(t: dict, family: bool) -> GClass:
     lines = tuple(_regex(p, where) for p in t.get("lines", ()))
     at_info = tuple(_regex(p, where) for p in t.get("at_info", ()))
     also = tuple(_make_alt(a, where) for a in t.get("also", ()))
-    if not (lines or at_info or t.get("exceptions")):
+    if t.get("last") and (lines or at_info or not family):
+        raise GenericError(f"{where}: a `last` family has a pattern and members, no lines (it flags none)")
+    if not (lines or at_info or t.get("exceptions") or t.get("last")):
         raise GenericError(f"{where}: give exceptions or lines")
     return GClass(id=t["id"], category=t.get("category", "other"), title=t["title"].strip(),
                   cause=t["cause"].strip(), fix=t["fix"].strip(), confidence=float(t["confidence"]),
@@ -270,7 +275,7 @@ def _make_class(t: dict, family: bool) -> GClass:
                   lines=lines, at_info=at_info, words=t.get("words"), raised_in=t.get("raised_in"),
                   not_in=t.get("not_in"), terminal=bool(t.get("terminal", False)),
                   alone=bool(t.get("alone", False)), after=bool(t.get("after", False)), cut=bool(t.get("cut", False)),
-                  pattern=t.get("pattern"), members=members, also=also, phases=phases)
+                  last=bool(t.get("last", False)), pattern=t.get("pattern"), members=members, also=also, phases=phases)
 
 
 def _make_alt(a: dict, where: str) -> Alt:
@@ -760,7 +765,7 @@ def classify(ev: Event, g: Generic, final: bool, weak: frozenset = frozenset(), 
         if _consequence(g, text) or (exc and ((exc.line.file or ""), exc.n) in weak):
             continue
         for c in g.classes:
-            if c.alone or (c.terminal and not (final and exc is excs[-1])) or (c.cut and (exc or not ends)):
+            if c.alone or c.last or (c.terminal and not (final and exc is excs[-1])) or (c.cut and (exc or not ends)):
                 continue
             if c.members:
                 fm = _member_of(c, text)
@@ -834,7 +839,7 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
                 verdicts.append(v)
     if not verdicts:
         verdicts = _consequences_alone(evs, col, explained | weak, g) or (
-            [] if explained or weak else _ends_in_frames(col, g))
+            [] if explained or weak else _ends_in_frames(col, g) or _ends_in_error_line(col, g))
         seen = {v.kind: [v, 1] for v in verdicts}
     verdicts.sort(key=lambda v: (v.cls.terminal or v.cls.after, v.event.key))
     return [(v, seen[v.kind][1]) for v in verdicts][:limit]
@@ -895,6 +900,26 @@ def _ends_in_frames(col: Collector, g: Generic) -> list[Verdict]:
         inner = [ln for ln in _innermost(lines[first:]) if ln is not lines[first]]
         return [Verdict(cut, Event(lines[first]), None, _phase(cut, lines[first:]), tail=inner)]
     return []
+
+
+def _ends_in_error_line(col: Collector, g: Generic) -> list[Verdict]:
+    """A log with nothing else whose last lines hold a tool's error line (the `last` family's forms):
+    the last such line of any file, unless a logged training step follows it."""
+    fam = next((c for c in g.classes if c.last), None)
+    found = []
+    for name in col.tails if fam else ():
+        lines = [ln for ln in col.tail_lines(name, 0) if ln.text.strip()][-LAST_LINES:]
+        for ln in reversed(lines):
+            text = ln.text
+            m = _rx(fam.pattern).search(text)
+            if not m or FRAME.search(text) or HEADER.search(text) or WARNING_LINE.search(text) \
+                    or _consequence(g, text) or col.progress.get(name, 0) >= ln.n:
+                continue
+            member = next((mb for mb in fam.members if _rx(mb.match).search(m.group("text"))), None)
+            if member:
+                found.append(Verdict(fam, Event(ln), None, member, m.group("text")[:80]))
+            break
+    return found[-1:]
 
 
 def _wrapped(evs: list[Event], col: Collector, claimed: set, g: Generic) -> list[Verdict]:

@@ -325,6 +325,8 @@ def test_every_generic_class_has_a_rules_page_and_is_listed():
      'references = ["https://x"]\nexceptions = ["KeyError"]\nbogus = 1\n', "unknown field"),
     ('[[class]]\nid = "x"\ncategory = "data"\ntitle = "t"\ncause = "c"\nfix = "f"\nconfidence = 0.3\n'
      'references = ["https://x"]\nexceptions = ["KeyError"]\nalso = [{ words = "x" }]\n', "also"),
+    ('[[family]]\nid = "x"\ntitle = "t"\ncause = "c"\nfix = "f"\nconfidence = 0.3\nreferences = ["https://x"]\n'
+     'last = true\npattern = "(?P<text>.+)"\nlines = ["x"]\nmembers = []\n', "a `last` family"),
 ])
 def test_generic_loader_rejects_bad_classes(tmp_path, snippet, message):
     path = tmp_path / "generic.toml"
@@ -1435,3 +1437,57 @@ def test_shared_memory_full_is_memory_not_a_full_disk(tmp_path):
                        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     assert r.returncode != 0 and "</torch_" in r.stdout and "No space left on device" in r.stdout, r.stdout[-1500:]
     assert layer_verdict(r.stdout) == ("generic-out-of-memory", "memory")
+
+
+# ---------------------------------------------------------------------------------------------
+# The log's closing error line (generic-error-line): read from its last lines, nothing flagged
+
+
+@pytest.mark.parametrize("text,category", [
+    # Slurm (src/common/log.c), a daemon that gives up
+    ("slurmd: error: cpu cgroup controller is not available.\nslurmd: fatal: Unable to initialize jobacct_gather",
+     "other"),
+    # Ansible's default callback, as ascend-deployer runs it
+    ('fatal: [10.0.0.9]: FAILED! => {"changed": false, "msg": "pull failed, check whether the docker proxy is set"}',
+     "network"),
+    # CANN's TBE compiler and CANN's log
+    ("[ERROR] TBE Subprocess[task_distribute] raise error[], main process disappeared!", "other"),
+    ("[ERROR] RUNTIME(3241,python):2026-11-30-10:01:02.123.456 [mem.cc:88] out of device memory", "memory"),
+    # SkyPilot's launcher (sky/sky_logging.py), glog's FATAL, Open MPI's runtime
+    ("E 10-09 17:42:55 provisioner.py:740] Failed to set up SkyPilot runtime on cluster.", "other"),
+    ("F1130 10:01:02.123456  4242 raylet.cc:120] The raylet could not reach the GCS", "cluster"),
+    ("[node1:12508] [[25215,0],1] ORTE_ERROR_LOG: Data unpack would read past end of buffer in file x.c at line 1",
+     "other"),
+    ("CRITICAL:sglang:the installed flashinfer version 0.1 is not compatible", "versions"),
+])
+def test_a_tools_closing_error_line_is_how_the_run_ended(text, category):
+    top = explain_text("step:0 - starting\n" + text + "\n\nbye\n", matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-error-line", category)
+
+
+def test_a_real_loggers_critical_line_ends_the_run(tmp_path):
+    out = python_output("import logging, sys\nlogging.basicConfig()\nlog = logging.getLogger('rollout')\n"
+                        "log.critical('cannot reach the reward server: Connection refused')\n"
+                        "log.critical('giving up after 3 tries')\nsys.exit(3)\n", tmp_path)
+    top = explain_text(out)[0]
+    assert (top.rule, top.category) == ("generic-error-line", "other")  # the last one: its words, none
+    assert top.lines[0].text == "CRITICAL:rollout:giving up after 3 tries"
+    out = python_output("import logging\nlogging.basicConfig()\nlogging.critical('Connection refused')\n", tmp_path)
+    assert [(f.rule, f.category) for f in explain_text(out)] == [("generic-error-line", "network")]
+
+
+@pytest.mark.parametrize("tail", [
+    # a logger's plain ERROR: healthy runs print it (vLLM's engine client at shutdown, a handled error)
+    "ERROR 05-12 11:36:01 [core_client.py:704] Engine core proc EngineCore died unexpectedly, shutting down client.",
+    "ERROR:2026-03-26 22:17:28,500:Error extracting action for item 61201",
+    # a training step after it: the run went on
+    "[ERROR] TBE Subprocess[task_distribute] raise error[]\nstep:3 - loss:0.1 - ",
+    # not in the log's last lines
+    "slurmd: fatal: Unable to initialize jobacct_gather\n" + "INFO still here\n" * 9,
+    # a warning, a consequence, a line of a logged traceback
+    "[ERROR] WARNING: the cache is cold",
+    "[ERROR] HCCL Some NCCL operations have failed or timed out",
+    '[ERROR] TBE   File "/usr/local/Ascend/te/compile.py", line 12, in compile',
+])
+def test_what_is_not_a_closing_error_line(tail):
+    assert "generic-error-line" not in [f.rule for f in explain_text("step:0 - starting\n" + tail + "\n")]

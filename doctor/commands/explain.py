@@ -220,6 +220,11 @@ def _generic_page(c, as_json: bool) -> int:
                              ("  not raised in", a.not_in)):
             if value:
                 click.echo(f"{label}:\n\n    {value}\n")
+    if c.last:
+        from matching.terminal import LAST_LINES
+
+        click.echo(f"  When the log holds nothing else: the last line matching the code pattern below, among the\n"
+                   f"  last {LAST_LINES} lines of a file, with no training step logged after it.\n")
     if c.lines:
         click.echo("  A line matching" + (" (when the log ends on it: nothing error-like comes after)" if c.cut else "")
                    + ":\n")
