@@ -65,11 +65,17 @@ def _top_level_alternation(pattern: str) -> bool:
     return False
 
 
+# A pattern that matches one literal string: letters, digits, spaces, plain punctuation and escaped
+# punctuation (no class, group, repeat, anchor, dot, and no escape that a longer pattern could extend,
+# such as an octal \0 or \Q).
+_PLAIN = re.compile(r"(?:[A-Za-z0-9 _:;,'\"=<>/!%&~`@#-]|\\[^A-Za-z0-9])+")
+
+
 def _implied(longer: str, prefix: str) -> bool:
-    """Whether every match of `longer` holds a match of `prefix`: it is `prefix` followed by more
-    (not a quantifier on prefix's last atom), and `prefix` is one sequence, not an alternation."""
-    return (len(longer) > len(prefix) and longer.startswith(prefix)
-            and longer[len(prefix)] not in "*+?{" and not _top_level_alternation(prefix))
+    """Whether every match of `longer` holds a match of `prefix`: `prefix` is a plain literal and
+    `longer` is it followed by more (no quantifier on its last character), with no alternation."""
+    return (len(longer) > len(prefix) and longer.startswith(prefix) and _PLAIN.fullmatch(prefix) is not None
+            and longer[len(prefix)] not in "*+?{" and not _top_level_alternation(longer))
 
 
 def _line_markers(exprs: list[str], cheap: list[bool]) -> list[int]:
