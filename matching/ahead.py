@@ -46,7 +46,8 @@ def _answer(prefilter, fd: int, k: int, span: tuple[int, int] | None, view: memo
         got += n
     cheap, other = prefilter.candidates(view[:size])
     head = array("Q", [k, start, end, len(cheap), len(other)])
-    return b"".join((head.tobytes(), array("I", cheap).tobytes(), array("I", other).tobytes()))
+    # signed: a match that ends at offset 0 is a hit at -1
+    return b"".join((head.tobytes(), array("i", cheap).tobytes(), array("i", other).tobytes()))
 
 
 def _helper(prefilter, fd: int, size: int, block: int, tokens: int, results: int) -> None:
@@ -142,7 +143,7 @@ class Ahead:
             os.close(self.results)
             self.results = -1
             return
-        nums = array("I", body).tolist()
+        nums = array("i", body).tolist()
         self.ready[k] = ((start, end), (nums[:n_cheap], nums[n_cheap:]))
 
     def _read(self, size: int) -> bytes | None:
