@@ -64,8 +64,6 @@ static PyObject *count(PyObject *self, PyObject *args)
     return PyLong_FromSsize_t(c);
 }
 
-/* The next of two ascending lists of hits, merged: 1 and *pos (*from_b: from the second), 0 when
- * both are done, -1 on an error. */
 static int offset_at(PyObject *list, Py_ssize_t k, Py_ssize_t *out)
 {
     PyObject *o = PyList_GET_ITEM(list, k);
@@ -77,6 +75,8 @@ static int offset_at(PyObject *list, Py_ssize_t k, Py_ssize_t *out)
     return *out == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
+/* The next of two ascending lists of hits, merged: 1 and *pos (*from_b: from the second), 0 when
+ * both are done, -1 on an error. */
 static int next_hit(PyObject *a, Py_ssize_t *i, PyObject *b, Py_ssize_t *j, Py_ssize_t *pos, int *from_b)
 {
     Py_ssize_t x = 0, y = 0;
@@ -179,5 +179,11 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lines", NULL, -1, m
 
 PyMODINIT_FUNC PyInit__lines(void)
 {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    /* matching/lines.py uses the module only if this matches its C_VERSION: bump both on a change */
+    if (m && PyModule_AddIntConstant(m, "VERSION", 1) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 
 
+C_VERSION = 1  # what matching/_lines.c says it is: an in-place build left from another version is not used
+
+
 def python_count(buf, start: int, end: int) -> int:
-    """Newlines in buf[start:end]."""
+    """Newlines in buf[start:end] of a bytes or bytearray (the C one takes any buffer)."""
     return buf.count(b"\n", start, end)
 
 
@@ -20,6 +23,7 @@ def python_hit_lines(buf, end: int, cheap: list[int], other: list[int], max_line
     (starts, lines, special). `lines` has each line's bytes, None for one longer than max_line;
     `special` has (index, line end, first hit, has an `other` hit) for the lines that are too long
     or hold a hit of `other`: the only ones left to the caller."""
+    end = min(end, len(buf))
     hits = sorted(cheap + other) if other else cheap  # two sorted runs: one linear merge
     starts: list[int] = []
     lines: list[bytes | None] = []
@@ -54,7 +58,7 @@ def _native():
         from matching import _lines
     except ImportError:  # not built here (no compiler at install, or a checkout never installed)
         return None
-    return _lines
+    return _lines if getattr(_lines, "VERSION", None) == C_VERSION else None
 
 
 native = _native()

@@ -22,7 +22,7 @@ from matching import lines
 from .conftest import ROOT
 
 NATIVE = lines.native
-BUILT = "run `pip install -e .` (it builds matching/_lines.c)"
+BUILT = "build matching/_lines.c: `pip install -e .`, or `python setup.py build_ext --inplace` in a checkout"
 
 
 def test_the_c_versions_are_in_use_where_a_compiler_could_build_them():
@@ -69,8 +69,8 @@ def _block(draw):
     (a match that ends at offset 0 gives -1) that may share offsets and lines."""
     parts = draw(st.lists(st.sampled_from([b"\n", b"ERROR x\n", b"ok", b"y" * 70, b"\r\n"]), max_size=60))
     buf = bytearray(b"".join(parts))
-    end = draw(st.integers(min_value=0, max_value=len(buf)))
-    offsets = st.lists(st.integers(min_value=-1, max_value=max(end - 1, -1)), max_size=40)
+    end = draw(st.integers(min_value=0, max_value=len(buf) + 8))  # past the buffer too: both clip it
+    offsets = st.lists(st.integers(min_value=-1, max_value=max(min(end, len(buf)) - 1, -1)), max_size=40)
     return buf, end, sorted(draw(offsets)), sorted(draw(offsets))
 
 
@@ -109,6 +109,7 @@ def test_the_c_hit_lines_takes_lists_of_plain_ints_only(cheap, other):
         NATIVE.hit_lines(b"a\nERROR\n", 8, cheap, other, 100)
 
 
+@native_only
 def test_explain_gives_the_same_findings_with_and_without_the_c_versions(tmp_path):
     # 36 MB: more blocks than the helper on another core needs to start; the failure near the end
     fixtures = ROOT / "tests" / "fixtures" / "explain"
@@ -127,3 +128,11 @@ def test_explain_gives_the_same_findings_with_and_without_the_c_versions(tmp_pat
     first = out["1"]["findings"][0]
     assert first["rule"] == "memory-oom-log-prob"
     assert [ln["n"] for ln in first["lines"]] == [960_008, 960_014]
+
+
+@native_only
+def test_a_build_of_another_version_is_not_used(monkeypatch):
+    # an in-place build left from an older _lines.c (a checkout pulled, not rebuilt): Python instead
+    assert lines._native() is NATIVE
+    monkeypatch.setattr(lines, "C_VERSION", lines.C_VERSION + 1)
+    assert lines._native() is None
