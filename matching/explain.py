@@ -766,7 +766,7 @@ def _generic_explanation(v: terminal.Verdict, hits: int) -> Explanation:
     c = v.cls
     title, cause = c.title, c.cause
     if v.member:
-        code = v.code.strip()   # a cut traceback's phase has none
+        code = _redact(v.code.strip())   # a cut traceback's phase has none; a line's words may hold a secret
         title = f"{c.title}: {code} ({v.member.meaning})" if code else f"{c.title} ({v.member.meaning})"
         cause = f"{v.member.meaning}.\n{c.cause}"
     lines = terminal.evidence(v)

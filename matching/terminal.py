@@ -45,6 +45,7 @@ TAIL_BYTES = 16 << 10      # each file's last bytes: the frames of a traceback t
 MAX_FINDINGS = 3
 NEAR_RULE = 5              # a flagged line this close to a rule's line is part of that report
 LAST_LINES = 8             # a log's last (non-empty) lines where its closing error line is looked for
+TITLE_WORDS = 80           # characters of that line's words a finding's title shows
 
 # An exception line: the type (dotted, ending like an exception), an optional wrapped type, the message.
 # vLLM prefixes every line of a logged traceback with "ERROR <date> [file:line] "; torchrun with "[rankN]: "
@@ -174,6 +175,8 @@ class GClass:
     after: bool = False                   # ranks after the other classes' findings (an exit status)
     cut: bool = False                     # only a plain line the log ends on: what it opened was cut off
     last: bool = False                    # a family read from the log's last lines alone (no line flagged)
+    trailing: str | None = None           # a `last` family: lines its tool prints after it (not counted)
+    cleared_by: str | None = None         # a `last` family: a later line that says the failure was survived
     pattern: str | None = None            # a family: the code's pattern, with a `code` group
     at_info: tuple[str, ...] = ()         # lines that report a failure though printed at INFO/WARN level
     phases: tuple[Member, ...] = ()       # a cut class: what the innermost frames it stopped in point to
@@ -187,7 +190,8 @@ class GClass:
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("id", "category", "title", "cause", "fix", "confidence",
-                                             "words", "raised_in", "not_in", "terminal", "after", "cut", "last", "pattern")}
+                                             "words", "raised_in", "not_in", "terminal", "after", "cut", "last", "trailing",
+                                             "cleared_by", "pattern")}
         out.update(exceptions=list(self.exceptions), lines=list(self.lines), at_info=list(self.at_info),
                    references=list(self.references), layer="generic",
                    members=[vars(m) for m in self.members], phases=[vars(m) for m in self.phases],
@@ -229,7 +233,7 @@ _CLASS_KEYS = {"id", "category", "title", "cause", "fix", "confidence", "referen
                "phases"}
 _ALT_KEYS = {"exceptions", "words", "raised_in", "not_in"}
 _FAMILY_KEYS = {"id", "title", "cause", "fix", "confidence", "references", "lines", "at_info", "pattern", "members",
-                "last"}
+                "last", "trailing", "cleared_by"}
 
 
 def _regex(value, where: str) -> str:
@@ -259,7 +263,7 @@ def _make_class(t: dict, family: bool) -> GClass:
         raise GenericError(f"{where}: a member has an unknown category")
     if phases and not t.get("cut"):
         raise GenericError(f"{where}: phases belong to a cut class (cut = true)")
-    for key in ("words", "raised_in", "not_in", "pattern"):
+    for key in ("words", "raised_in", "not_in", "pattern", "trailing", "cleared_by"):
         if t.get(key) is not None:
             _regex(t[key], where)
     lines = tuple(_regex(p, where) for p in t.get("lines", ()))
@@ -275,7 +279,8 @@ def _make_class(t: dict, family: bool) -> GClass:
                   lines=lines, at_info=at_info, words=t.get("words"), raised_in=t.get("raised_in"),
                   not_in=t.get("not_in"), terminal=bool(t.get("terminal", False)),
                   alone=bool(t.get("alone", False)), after=bool(t.get("after", False)), cut=bool(t.get("cut", False)),
-                  last=bool(t.get("last", False)), pattern=t.get("pattern"), members=members, also=also, phases=phases)
+                  last=bool(t.get("last", False)), trailing=t.get("trailing"), cleared_by=t.get("cleared_by"),
+                  pattern=t.get("pattern"), members=members, also=also, phases=phases)
 
 
 def _make_alt(a: dict, where: str) -> Alt:
@@ -903,23 +908,39 @@ def _ends_in_frames(col: Collector, g: Generic) -> list[Verdict]:
 
 
 def _ends_in_error_line(col: Collector, g: Generic) -> list[Verdict]:
-    """A log with nothing else whose last lines hold a tool's error line (the `last` family's forms):
-    the last such line of any file, unless a logged training step follows it."""
+    """A log with nothing else whose last lines hold a tool's error line (the `last` family's forms).
+    Of several files, the one named last."""
     fam = next((c for c in g.classes if c.last), None)
-    found = []
-    for name in col.tails if fam else ():
-        lines = [ln for ln in col.tail_lines(name, 0) if ln.text.strip()][-LAST_LINES:]
-        for ln in reversed(lines):
-            text = ln.text
-            m = _rx(fam.pattern).search(text)
-            if not m or FRAME.search(text) or HEADER.search(text) or WARNING_LINE.search(text) \
-                    or _consequence(g, text) or col.progress.get(name, 0) >= ln.n:
-                continue
-            member = next((mb for mb in fam.members if _rx(mb.match).search(m.group("text"))), None)
-            if member:
-                found.append(Verdict(fam, Event(ln), None, member, m.group("text")[:80]))
-            break
+    found = [v for v in (_closing_error_line(fam, g, col, name) for name in (col.tails if fam else ())) if v]
     return found[-1:]
+
+
+def _closing_error_line(fam: GClass, g: Generic, col: Collector, name: str | None) -> Verdict | None:
+    """The last line of a file's last LAST_LINES (not counting what the tool prints after it, such as
+    glog's stack) in one of the family's forms; none when a training step or a line that says the
+    failure was survived (Ansible's "...ignoring") comes after it."""
+    lines = [ln for ln in col.tail_lines(name, 0) if ln.text.strip()]
+    counted = [ln for ln in lines if not (fam.trailing and _rx(fam.trailing).search(ln.text))]
+    for ln in reversed(counted[-LAST_LINES:]):
+        if col.progress.get(name, 0) >= ln.n:
+            return None  # the run went on after this line, and after every earlier one
+        text = ln.text
+        m = _rx(fam.pattern).search(text)
+        if not m or FRAME.search(text) or HEADER.search(text) or WARNING_LINE.search(text) or _consequence(g, text):
+            continue
+        if fam.cleared_by and any(_rx(fam.cleared_by).search(a.text) for a in lines if a.n > ln.n):
+            return None
+        member = next((mb for mb in fam.members if _rx(mb.match).search(m.group("text"))), None)
+        return Verdict(fam, Event(ln), None, member, _words(m.group("text"), TITLE_WORDS)) if member else None
+    return None
+
+
+def _words(text: str, limit: int) -> str:
+    """The text, or its words up to about `limit` characters."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    return text[:cut if cut > limit // 2 else limit] + " ..."
 
 
 def _wrapped(evs: list[Event], col: Collector, claimed: set, g: Generic) -> list[Verdict]:

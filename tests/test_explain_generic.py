@@ -1465,6 +1465,25 @@ def test_a_tools_closing_error_line_is_how_the_run_ended(text, category):
     assert (top.rule, top.category) == ("generic-error-line", category)
 
 
+def test_glogs_stack_after_its_fatal_line_does_not_push_it_out_of_the_last_lines():
+    stack = "*** Check failure stack trace: ***\n" + "".join(f"    @     0x7f3a{i:08x}  (unknown)\n" for i in range(12))
+    top = explain_text("F1130 10:01:02.123456  4242 object_manager.cc:120] Check failed: the GCS is unreachable\n"
+                       + stack, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-error-line", "network")
+
+
+@pytest.mark.parametrize("after", ["...ignoring", "PLAY RECAP ****\nnode1 : ok=3 changed=1 unreachable=0 failed=0 "
+                                                 "skipped=0 rescued=0 ignored=1"])
+def test_an_ansible_failure_it_was_told_to_ignore_is_no_run_end(after):
+    play = ('TASK [probe] ****\nfatal: [node1]: FAILED! => {"changed": false, "msg": "no proxy"}\n' + after + "\n")
+    assert explain_text(play) == []
+
+
+def test_the_closing_lines_words_in_the_title_are_redacted():
+    top = explain_text('fatal: [n1]: FAILED! => {"msg": "login with token=hf_AbCdEfGhIjKlMnOpQrStUvWx12 failed"}\n')[0]
+    assert top.rule == "generic-error-line" and "hf_AbCd" not in top.title and "token=" in top.title
+
+
 def test_a_real_loggers_critical_line_ends_the_run(tmp_path):
     out = python_output("import logging, sys\nlogging.basicConfig()\nlog = logging.getLogger('rollout')\n"
                         "log.critical('cannot reach the reward server: Connection refused')\n"
