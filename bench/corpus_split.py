@@ -38,31 +38,32 @@ def part_of(thread: str) -> str:
     return "heldout" if h % 100 < HELDOUT_PERCENT else "tuning"
 
 
-def read_header(path: Path) -> tuple[dict[str, str], list[str]]:
+def _split(data: bytes) -> tuple[dict[str, str], int]:
+    """The header's fields (its leading `# key: value` lines) and where the log after it starts."""
     head: dict[str, str] = {}
-    lines = path.read_text(errors="replace").splitlines()
-    body_at = 0
-    for i, line in enumerate(lines):
-        m = HEADER.match(line)
-        if not m or i != body_at:
-            break
-        head[m.group(1)] = m.group(2).strip()
-        body_at = i + 1
-    return head, lines[body_at:]
-
-
-def body_bytes(path: Path) -> bytes:
-    """The log as the thread printed it: the file's bytes after its header lines (read_header's).
-    The header is ours (the cause in our words, the source URL): doctor explain must not read it."""
-    data = path.read_bytes()
     at = 0
     while at < len(data):
         end = data.find(b"\n", at)
         end = len(data) if end < 0 else end + 1
-        if not HEADER.match(data[at:end].rstrip(b"\r\n").decode("utf-8", "replace")):
+        m = HEADER.match(data[at:end].rstrip(b"\r\n").decode("utf-8", "replace"))
+        if not m:
             break
+        head[m.group(1)] = m.group(2).strip()
         at = end
-    return data[at:]
+    return head, at
+
+
+def read_header(path: Path) -> tuple[dict[str, str], list[str]]:
+    data = path.read_bytes()
+    head, at = _split(data)
+    return head, data[at:].decode("utf-8", "replace").splitlines()
+
+
+def body_bytes(path: Path) -> bytes:
+    """The log as the thread printed it: the file's bytes after its header lines. The header is
+    ours (the cause in our words, the source URL): doctor explain must not read it."""
+    data = path.read_bytes()
+    return data[_split(data)[1]:]
 
 
 def kind_of(head: dict) -> str:

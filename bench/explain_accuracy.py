@@ -173,7 +173,9 @@ def main() -> int:
     for path in clean:
         got = first(path)
         if got:
-            false.append({"log": str(path.relative_to(ROOT.parent)), "rule": got.rule, "line": got.lines[0].n})
+            # the finding's line counts from the log's start; the file's from its header's
+            line = got.lines[0].n + len(read_header(path)[0])
+            false.append({"log": str(path.relative_to(ROOT.parent)), "rule": got.rule, "line": line})
     summary = {name: {**score(rows), "per_category": per_category(rows)} for name, rows in sets.items()}
     summary["clean"] = {"logs": len(clean), "false_findings": len(false), "which": false}
     if args.misses:
