@@ -730,11 +730,14 @@ def _member_of(c: GClass, text: str) -> Member | None:
     if not any(_rx(p).search(text) for p in c.flagged):
         return None
     m = _rx(c.pattern).search(text)
-    if not m:
-        return None
+    return _code_member(c, m)[0] if m else None
+
+
+def _code_member(c: GClass, m) -> tuple[Member | None, str]:
+    """The code a family's pattern matched (its `code` or `text` group), and the member it falls in."""
     d = m.groupdict()
     code = (d.get("code") or d.get("text") or m.group(0)).strip()
-    return next((mb for mb in c.members if _rx(mb.match).search(code)), None)
+    return next((mb for mb in c.members if _rx(mb.match).search(code)), None), code
 
 
 @dataclass
@@ -930,8 +933,8 @@ def _closing_error_line(fam: GClass, g: Generic, col: Collector, name: str | Non
             continue
         if fam.cleared_by and any(_rx(fam.cleared_by).search(a.text) for a in lines if a.n > ln.n):
             return None
-        member = next((mb for mb in fam.members if _rx(mb.match).search(m.group("text"))), None)
-        return Verdict(fam, Event(ln), None, member, _words(m.group("text"), TITLE_WORDS)) if member else None
+        member, code = _code_member(fam, m)
+        return Verdict(fam, Event(ln), None, member, _words(code, TITLE_WORDS)) if member else None
     return None
 
 
