@@ -15,6 +15,7 @@ from array import array
 AHEAD_MIN_BLOCKS = 4       # a smaller file is scanned by the reader alone: the fork would not pay
 AHEAD_MAX_BLOCKS = 16384   # their claim tokens (4 bytes each) fit an empty pipe; later ones: alone
 _HEAD = 40                 # a result's header: block, start, end, cheap hits, other hits (8 bytes each)
+_HIT = "i"                 # a hit's offset in a result: signed (a match that ends at offset 0 is a hit at -1)
 
 
 def block_spans(fd: int, size: int, block: int):
@@ -46,8 +47,7 @@ def _answer(prefilter, fd: int, k: int, span: tuple[int, int] | None, view: memo
         got += n
     cheap, other = prefilter.candidates(view[:size])
     head = array("Q", [k, start, end, len(cheap), len(other)])
-    # signed: a match that ends at offset 0 is a hit at -1
-    return b"".join((head.tobytes(), array("i", cheap).tobytes(), array("i", other).tobytes()))
+    return b"".join((head.tobytes(), array(_HIT, cheap).tobytes(), array(_HIT, other).tobytes()))
 
 
 def _helper(prefilter, fd: int, size: int, block: int, tokens: int, results: int) -> None:
@@ -138,12 +138,12 @@ class Ahead:
     def _receive(self) -> None:
         head = self._read(_HEAD)
         k, start, end, n_cheap, n_other = array("Q", head).tolist() if head else (0, 0, 0, 0, 0)
-        body = self._read(4 * (n_cheap + n_other)) if head else None
+        body = self._read(array(_HIT).itemsize * (n_cheap + n_other)) if head else None
         if body is None:  # the helper is gone: the reader scans the rest alone
             os.close(self.results)
             self.results = -1
             return
-        nums = array("i", body).tolist()
+        nums = array(_HIT, body).tolist()
         self.ready[k] = ((start, end), (nums[:n_cheap], nums[n_cheap:]))
 
     def _read(self, size: int) -> bytes | None:
