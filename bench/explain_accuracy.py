@@ -15,8 +15,8 @@ Four sets, each printed on its own line:
 - clean: real logs of runs that worked (`bench/corpus/clean/*/`, `tests/fixtures/explain/clean/`,
   and `../shared/research/clean-logs/` where present): any finding on them is a false one.
 doctor is given each log without its header (`# source:`, `# cause:`, ...: ours, and the cause is
-the answer in our words). For a corpus log the measure is the first finding's category (top-1 category); `top-1 rule` is
-given where a log names its expected rule (`# rule:` header). `--misses PART` lists a part's
+the answer in our words). For a corpus log the measure is the first finding's category (top-1
+category); `top-1 rule` is given where a log names its expected rule (`# rule:` header). `--misses PART` lists a part's
 misses (never do this for heldout while writing rules).
 
 `--dir DIR` measures a folder of headered logs that is not in the project (a batch just gathered,

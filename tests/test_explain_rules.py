@@ -156,8 +156,8 @@ def test_a_missing_module_raised_in_a_source_checkout_of_its_package_is_imports(
     assert any("No module named 'vllm._C'" in ln.text for ln in top.lines)
     # also with another rule's line printed right after it (pip's, in the same output)
     pip = "ERROR: No matching distribution found for vllm-ascend==9.9\n"
-    assert "generic-import-source-tree" in [f.rule for f in explain_text(run.stderr + pip)]
-    assert "python-module-not-found" not in [f.rule for f in explain_text(run.stderr + pip)]
+    rules = [f.rule for f in explain_text(run.stderr + pip)]
+    assert "generic-import-source-tree" in rules and "python-module-not-found" not in rules
     # it keeps the rule's place: the earliest cause, before a later, unrelated one
     later = run.stderr + "INFO step done\n" * 300 + (FIXTURES / "memory-cuda-oom.log").read_text().split("\n", 1)[1]
     assert [f.rule for f in explain_text(later)][:2] == ["generic-import-source-tree", "memory-cuda-oom"]

@@ -51,6 +51,7 @@ def test_a_launchers_unresolvable_host_is_the_network(tmp_path):
     assert "Could not resolve hostname doctor-no-such-host.invalid" in out.stderr, out.stderr
     log = tmp_path / "ssh.log"
     log.write_text(out.stderr)
-    assert (explain_paths([str(log)])[0].rule, explain_paths([str(log)])[0].category) == ("generic-connection", "network")
+    top = explain_paths([str(log)])[0]
+    assert (top.rule, top.category) == ("generic-connection", "network")
     log.write_text("MPID_nem_tcp_init(379)..................: gethostbyname failed, node-7 (errno 2)\n")
     assert explain_paths([str(log)])[0].category == "network"
