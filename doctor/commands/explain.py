@@ -89,7 +89,8 @@ def explain(logs, as_json, show_all, list_rules):
     LOG may be a file, a .gz file, a directory (its .log/.out/.err/.txt/.gz files: a Ray session's
     logs/, or a folder per node), or - for stdin. Several logs (e.g. one per node) are read as
     one incident. A large plain file is scanned with a helper process on a second core
-    (DOCTOR_AHEAD=0: one process only).
+    (DOCTOR_AHEAD=0: one process only); its line loops run in C where the install built
+    matching/_lines.c (DOCTOR_NATIVE=0: their Python twins, the same findings).
     """
     if list_rules:
         _list(as_json)
