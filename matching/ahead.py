@@ -34,10 +34,8 @@ def block_spans(fd: int, size: int, block: int):
         start = tail + cut + 1
 
 
-def _answer(prefilter, fd: int, k: int, span: tuple[int, int] | None, view: memoryview) -> bytes:
-    """The helper's result for block k: where it is and its prefilter hits (none past its spans)."""
-    if span is None:
-        return array("Q", [k, 0, 0, 0, 0]).tobytes()
+def _hits(prefilter, fd: int, span: tuple[int, int], view: memoryview) -> tuple[list[int], list[int]]:
+    """The prefilter's (cheap, other) hits in [start, end) of the file, read into `view`."""
     start, end = span
     size, got = end - start, 0
     while got < size:
@@ -45,8 +43,15 @@ def _answer(prefilter, fd: int, k: int, span: tuple[int, int] | None, view: memo
         if n <= 0:
             raise OSError("the file got shorter")
         got += n
-    cheap, other = prefilter.candidates(view[:size])
-    head = array("Q", [k, start, end, len(cheap), len(other)])
+    return prefilter.candidates(view[:size])
+
+
+def _answer(prefilter, fd: int, k: int, span: tuple[int, int] | None, view: memoryview) -> bytes:
+    """The helper's result for block k: where it is and its prefilter hits (none past its spans)."""
+    if span is None:
+        return array("Q", [k, 0, 0, 0, 0]).tobytes()
+    cheap, other = _hits(prefilter, fd, span, view)
+    head = array("Q", [k, *span, len(cheap), len(other)])
     return b"".join((head.tobytes(), array(_HIT, cheap).tobytes(), array(_HIT, other).tobytes()))
 
 
@@ -85,15 +90,23 @@ def _put_tokens(fd: int, n: int) -> None:
 class Ahead:
     """A forked helper that scans the blocks of a regular file ahead of the reader. Both claim
     blocks in order from one pipe of tokens (a 4-byte read of a pipe is atomic), so whoever is free
-    takes the next one; the reader waits only for a block the helper has claimed. Each cuts the
-    blocks itself, the same way; an answer says which (start, end) it is for, and the reader scans
-    alone what has no answer for the block it cut (a helper that died, a file that changed)."""
+    takes the next one. Each cuts the blocks itself, the same way; an answer says which (start, end)
+    it is for, and the reader scans alone what has no answer for the block it cut (a helper that
+    died, a file that changed).
+
+    The reader needs its blocks in order, so it reaches, every few blocks, one the helper is still
+    scanning. It claims the next token then and scans that block at once, from its own small
+    buffer, instead of waiting (waiting was a sixth of a large log's time): the helper keeps a
+    block's lead, and neither core idles."""
 
     share = True  # the reader takes a block when no answer is ready (False: it waits for the helper)
 
     def __init__(self, prefilter, fd: int, size: int, block: int):
         self.ready: dict[int, tuple] = {}
         self.mine: set[int] = set()
+        self.prefilter, self.fd = prefilter, fd
+        self.spans, self.cut = block_spans(fd, size, block), []  # the blocks as the reader cuts them
+        self.block, self.view = block, None  # the buffer for a block it claims ahead: made on first use
         tokens, tokens_w = os.pipe()
         results_r, results = os.pipe()
         try:
@@ -130,10 +143,26 @@ class Ahead:
                     claimed = int.from_bytes(token, sys.byteorder)
                     if claimed == k:
                         return None
-                    self.mine.add(claimed)
+                    self._scan_ahead(claimed)
+                    continue  # the helper's answer for k has likely come meanwhile
             self._receive()
         span, hits = self.ready.pop(k)
         return hits if span == (start, end) else None
+
+    def _scan_ahead(self, j: int) -> None:
+        """Scan block j, a later one the reader claimed, now: its answer waits beside the helper's.
+        A block past the file's last (or one the reader will cut otherwise) is left to the reader."""
+        while len(self.cut) <= j and (span := next(self.spans, None)) is not None:
+            self.cut.append(span)
+        if len(self.cut) <= j:
+            self.mine.add(j)
+            return
+        if self.view is None:
+            self.view = memoryview(bytearray(self.block))
+        try:
+            self.ready[j] = (self.cut[j], _hits(self.prefilter, self.fd, self.cut[j], self.view))
+        except OSError:  # the file changed under us: the reader scans the block it cuts there
+            self.mine.add(j)
 
     def _receive(self) -> None:
         head = self._read(_HEAD)

@@ -37,7 +37,8 @@ from matching.ahead import Ahead, start_ahead
 from matching.prefilter import make_prefilter
 
 SCHEMA = "doctor.explain/v1"
-BLOCK_BYTES = 8 << 20          # read size: big enough that per-block overhead vanishes
+BLOCK_BYTES = 4 << 20          # read size: per-block overhead vanishes; with the block the reader scans
+                               # ahead of the helper (matching/ahead.py) it holds 8 MB
 MAX_LINE_BYTES = 64 << 10      # a longer line is matched in a window around the hit
 MAX_CARRY_BYTES = 16 << 20     # a "line" longer than this (binary junk) is split, not buffered
 KEEP_HITS = 64                 # first and last hits kept per pattern: bounded memory

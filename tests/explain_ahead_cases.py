@@ -10,6 +10,7 @@ import gzip
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -76,6 +77,30 @@ def test_the_helper_answers_blocks_and_the_report_is_the_readers_own(tmp_path, m
     assert answered == spans and len(spans) > 20
     monkeypatch.setattr(ah.Ahead, "share", True)  # both scan, as the scheduler has it
     assert _report([log], monkeypatch, alone=False) == alone
+
+
+def test_the_reader_scans_a_later_block_while_the_helper_is_busy(tmp_path, monkeypatch, answered):
+    """A slow helper: the reader, finding its next block still being scanned, claims a later one
+    and scans it at once instead of waiting; the report is still the one it gives alone."""
+    log = _log(tmp_path, ["memory-oom-log-prob.log", "ray-actor-died.log"])
+    alone = _report([log], monkeypatch, alone=True)
+    reader, hits, ahead_of_helper = os.getpid(), ah._hits, []
+
+    def slow_helper(prefilter, fd, span, view):
+        if os.getpid() == reader:
+            ahead_of_helper.append(span)
+        else:
+            time.sleep(0.01)  # the reader catches up with the helper at every block
+        return hits(prefilter, fd, span, view)
+
+    monkeypatch.setattr(ah, "_hits", slow_helper)
+    monkeypatch.setattr(ah.Ahead, "share", True)
+    assert _report([log], monkeypatch, alone=False) == alone
+    with open(log, "rb") as fh:
+        spans = list(ah.block_spans(fh.fileno(), log.stat().st_size, BLOCK))
+    assert ahead_of_helper and set(ahead_of_helper) <= set(spans)
+    assert set(ahead_of_helper) <= set(answered)  # what it scanned ahead answered its block there
+    assert len(answered) > len(ahead_of_helper)   # and the helper answered the others
 
 
 def test_several_logs_and_one_without_a_failure(tmp_path, monkeypatch, answered):
