@@ -479,6 +479,16 @@ def test_requires_and_near_conditions_of_a_rule(tmp_path):
     assert [ln.n for ln in top.lines] == [2, 3]  # the fatal line joined by the warning that explains it
 
 
+def test_a_missing_hostfile_is_named_only_where_distributed_init_then_failed():
+    """deepspeed's launcher warns of a missing hostfile on every one-node run; the rule names it only
+    where torch.distributed's rendezvous then failed (knowledge/rules/deepspeed.toml)."""
+    fixture = (FIX / "deepspeed-launcher-without-hostfile.log").read_text()
+    assert explain_text(fixture)[0].rule == "deepspeed-launcher-without-hostfile"
+    warning = fixture.splitlines()[1] + "\n"
+    one_node = warning + "[INFO] [launch.py:89:main] nnodes=1, num_local_procs=4, node_rank=0\n"
+    assert all(e.rule != "deepspeed-launcher-without-hostfile" for e in explain_text(one_node))
+
+
 def test_a_rule_may_require_a_line_the_fallback_also_looks_for(tmp_path):
     # `Traceback (most recent call last)` is one of FALLBACK_PATTERNS too: it stays the rule's
     (tmp_path / "r.toml").write_text(
