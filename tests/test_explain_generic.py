@@ -443,6 +443,23 @@ def test_an_exception_ignored_in_del_is_not_the_failure(tmp_path):
     assert any("AssertionError" in ln.text for ln in top.lines)
 
 
+@pytest.mark.parametrize("line,category", [
+    # HCCL's registry (hicann/hcomm hcomm_g_msg): each code's message, its class in its errTitle
+    ("EI0004: Failed to parse the ranktable file /home/rank_table.json. Reason: device id repeat for one server.",
+     "config"),                                                       # File_Operation_Error_Parse
+    ("EI0001: Value 60000 for environment variable HCCL_CONNECT_TIMEOUT is invalid. Expected value: [120, 7200].",
+     "config"),                                                       # Config_Error_Invalid_Environment_Variable
+    ("EI0008: The cann-hccl versions are inconsistent. The local 8.1.RC1, while the remote 8.0.0.",
+     "versions"),                                                     # Package_Error_Incorrect_HCCL_Version
+    ("EI0011: Failed to allocate 209715200 bytes of NPU memory.", "memory"),  # Resource_Error_Insufficient_Device_Memory
+    ("EI0006: Getting socket times out. Reason: 1. The remote does not initiate a connect request.",
+     "network"),                                                      # Communication_Error_Get_Socket
+])
+def test_hccl_codes_fall_in_the_class_their_registry_gives(line, category):
+    found = explain_text(line + "\n", matcher=layer_alone())[0]
+    assert (found.rule, found.category) == ("generic-cann-error-code", category)
+
+
 def test_shell_cannot_find_the_script_and_the_exit_ranks_after_it(tmp_path):
     r = subprocess.run(["/bin/bash", str(tmp_path / "examples" / "run.sh")], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
