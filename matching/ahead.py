@@ -16,6 +16,7 @@ AHEAD_MIN_BLOCKS = 4       # a smaller file is scanned by the reader alone: the 
 AHEAD_MAX_BLOCKS = 16384   # their claim tokens (4 bytes each) fit an empty pipe; later ones: alone
 _HEAD = 40                 # a result's header: block, start, end, cheap hits, other hits (8 bytes each)
 _HIT = "i"                 # a hit's offset in a result: signed (a match that ends at offset 0 is a hit at -1)
+AHEAD_LEAD = 2             # blocks the reader may hold scanned ahead of the one it needs (their hits wait in memory)
 
 
 def block_spans(fd: int, size: int, block: int):
@@ -96,8 +97,8 @@ class Ahead:
 
     The reader needs its blocks in order, so it reaches, every few blocks, one the helper is still
     scanning. It claims the next token then and scans that block at once, from its own small
-    buffer, instead of waiting (waiting was a sixth of a large log's time): the helper keeps a
-    block's lead, and neither core idles."""
+    buffer, instead of waiting (waiting was a sixth of a large log's time), so neither core idles;
+    it holds at most AHEAD_LEAD such blocks (a stalled helper: it then waits, as before)."""
 
     share = True  # the reader takes a block when no answer is ready (False: it waits for the helper)
 
@@ -107,6 +108,7 @@ class Ahead:
         self.prefilter, self.fd = prefilter, fd
         self.spans, self.cut = block_spans(fd, size, block), []  # the blocks as the reader cuts them
         self.block, self.view = block, None  # the buffer for a block it claims ahead: made on first use
+        self.early: set[int] = set()         # blocks it scanned ahead whose answers are not yet taken
         tokens, tokens_w = os.pipe()
         results_r, results = os.pipe()
         try:
@@ -137,7 +139,7 @@ class Ahead:
         while k not in self.ready:
             if k in self.mine or self.results < 0:
                 return None
-            if self.share and not self.poll.poll(0):  # nothing from the helper yet: take one too
+            if self.share and len(self.early) < AHEAD_LEAD and not self.poll.poll(0):  # nothing yet: take one too
                 token = os.read(self.tokens, 4)
                 if len(token) == 4:
                     claimed = int.from_bytes(token, sys.byteorder)
@@ -146,21 +148,23 @@ class Ahead:
                     self._scan_ahead(claimed)
                     continue  # the helper's answer for k has likely come meanwhile
             self._receive()
+        self.early.discard(k)
         span, hits = self.ready.pop(k)
         return hits if span == (start, end) else None
 
     def _scan_ahead(self, j: int) -> None:
         """Scan block j, a later one the reader claimed, now: its answer waits beside the helper's.
         A block past the file's last (or one the reader will cut otherwise) is left to the reader."""
-        while len(self.cut) <= j and (span := next(self.spans, None)) is not None:
-            self.cut.append(span)
-        if len(self.cut) <= j:
-            self.mine.add(j)
-            return
-        if self.view is None:
-            self.view = memoryview(bytearray(self.block))
         try:
+            while len(self.cut) <= j and (span := next(self.spans, None)) is not None:
+                self.cut.append(span)
+            if len(self.cut) <= j:
+                self.mine.add(j)
+                return
+            if self.view is None:
+                self.view = memoryview(bytearray(self.block))
             self.ready[j] = (self.cut[j], _hits(self.prefilter, self.fd, self.cut[j], self.view))
+            self.early.add(j)
         except OSError:  # the file changed under us: the reader scans the block it cuts there
             self.mine.add(j)
 

@@ -79,28 +79,61 @@ def test_the_helper_answers_blocks_and_the_report_is_the_readers_own(tmp_path, m
     assert _report([log], monkeypatch, alone=False) == alone
 
 
+def _slow_helper(monkeypatch, tmp_path, first_delay: float):
+    """The helper takes 10 ms a block (`first_delay` for its first) and leaves a mark when it starts;
+    the reader's first take waits for that mark, so the two meet however the scheduler runs the
+    fork. Returns the spans the reader scanned itself ahead of the helper, and the most blocks it
+    held scanned ahead at once."""
+    reader, hits, take = os.getpid(), ah._hits, ah.Ahead.take
+    started, seen, held = tmp_path / "helper-started", [], [0]
+
+    def helper_hits(prefilter, fd, span, view):
+        if os.getpid() == reader:
+            seen.append(span)
+        else:
+            if not started.exists():
+                started.write_text("1")
+                time.sleep(first_delay)
+            time.sleep(0.01)
+        return hits(prefilter, fd, span, view)
+
+    def take_after_start(self, k, start, end):
+        for _ in range(500):
+            if started.exists():
+                break
+            time.sleep(0.01)
+        out = take(self, k, start, end)
+        held[0] = max(held[0], len(self.early))
+        return out
+
+    monkeypatch.setattr(ah, "_hits", helper_hits)
+    monkeypatch.setattr(ah.Ahead, "take", take_after_start)
+    monkeypatch.setattr(ah.Ahead, "share", True)
+    return seen, held
+
+
 def test_the_reader_scans_a_later_block_while_the_helper_is_busy(tmp_path, monkeypatch, answered):
     """A slow helper: the reader, finding its next block still being scanned, claims a later one
     and scans it at once instead of waiting; the report is still the one it gives alone."""
     log = _log(tmp_path, ["memory-oom-log-prob.log", "ray-actor-died.log"])
     alone = _report([log], monkeypatch, alone=True)
-    reader, hits, ahead_of_helper = os.getpid(), ah._hits, []
-
-    def slow_helper(prefilter, fd, span, view):
-        if os.getpid() == reader:
-            ahead_of_helper.append(span)
-        else:
-            time.sleep(0.01)  # the reader catches up with the helper at every block
-        return hits(prefilter, fd, span, view)
-
-    monkeypatch.setattr(ah, "_hits", slow_helper)
-    monkeypatch.setattr(ah.Ahead, "share", True)
+    ahead_of_helper, _ = _slow_helper(monkeypatch, tmp_path, first_delay=0.0)
     assert _report([log], monkeypatch, alone=False) == alone
     with open(log, "rb") as fh:
         spans = list(ah.block_spans(fh.fileno(), log.stat().st_size, BLOCK))
     assert ahead_of_helper and set(ahead_of_helper) <= set(spans)
     assert set(ahead_of_helper) <= set(answered)  # what it scanned ahead answered its block there
     assert len(answered) > len(ahead_of_helper)   # and the helper answered the others
+
+
+def test_a_stalled_helper_leaves_the_reader_at_most_a_few_blocks_ahead(tmp_path, monkeypatch, answered):
+    """The helper stalls on its first block: the reader scans ahead only AHEAD_LEAD blocks (their
+    hits wait in memory), then waits for the helper, and the report is still its own."""
+    log = _log(tmp_path, ["memory-oom-log-prob.log", "ray-actor-died.log"])
+    alone = _report([log], monkeypatch, alone=True)
+    ahead_of_helper, held = _slow_helper(monkeypatch, tmp_path, first_delay=0.5)
+    assert _report([log], monkeypatch, alone=False) == alone
+    assert ahead_of_helper and 1 <= held[0] <= ah.AHEAD_LEAD
 
 
 def test_several_logs_and_one_without_a_failure(tmp_path, monkeypatch, answered):
