@@ -479,14 +479,18 @@ def test_requires_and_near_conditions_of_a_rule(tmp_path):
     assert [ln.n for ln in top.lines] == [2, 3]  # the fatal line joined by the warning that explains it
 
 
-def test_a_missing_hostfile_is_named_only_where_distributed_init_then_failed():
-    """deepspeed's launcher warns of a missing hostfile on every one-node run; the rule names it only
-    where torch.distributed's rendezvous then failed (knowledge/rules/deepspeed.toml)."""
-    fixture = (FIX / "deepspeed-launcher-without-hostfile.log").read_text()
-    assert explain_text(fixture)[0].rule == "deepspeed-launcher-without-hostfile"
-    warning = fixture.splitlines()[1] + "\n"
-    one_node = warning + "[INFO] [launch.py:89:main] nnodes=1, num_local_procs=4, node_rank=0\n"
-    assert all(e.rule != "deepspeed-launcher-without-hostfile" for e in explain_text(one_node))
+@pytest.mark.parametrize("waiting,failure", [
+    ("k8s-pods-unschedulable.log", "memory-cuda-oom.log"),   # pods pending, then scheduled after all
+    ("npu-device-count-failed.log", "npu-oom.log"),          # no NPU counted, then a fallback that ran
+])
+def test_a_state_printed_on_the_way_names_the_failure_only_when_nothing_after_it_does(waiting, failure):
+    """Lines a run prints while it waits or falls back (a scheduler's pending pods, torch_npu's failed
+    device count) name the failure of a log that ends there, never ahead of a cause after them."""
+    steps = "".join(f"step:{i} - actor/loss:0.5\n" for i in range(80))
+    alone = explain_text(body(waiting))
+    assert alone[0].rule == waiting.removesuffix(".log")
+    found = explain_text(body(waiting) + steps + body(failure))
+    assert found[0].rule == failure.removesuffix(".log").split("--")[0]
 
 
 def test_a_rule_may_require_a_line_the_fallback_also_looks_for(tmp_path):

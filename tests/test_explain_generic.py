@@ -452,6 +452,8 @@ def test_an_exception_ignored_in_del_is_not_the_failure(tmp_path):
     ("EI0008: The cann-hccl versions are inconsistent. The local 8.1.RC1, while the remote 8.0.0.",
      "versions"),                                                     # Package_Error_Incorrect_HCCL_Version
     ("EI0011: Failed to allocate 209715200 bytes of NPU memory.", "memory"),  # Resource_Error_Insufficient_Device_Memory
+    ("EI0007: Failed to allocate resource notify with info num=8. Reason: Resources are exhausted.",
+     "memory"),                                                       # Resource_Error
     ("EI0006: Getting socket times out. Reason: 1. The remote does not initiate a connect request.",
      "network"),                                                      # Communication_Error_Get_Socket
 ])
