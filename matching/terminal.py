@@ -420,7 +420,7 @@ class Collector:
             if slot is None and len(self.per_key) < MAX_TYPES:
                 slot = self.per_key[key] = []
             ls = starts[i]
-            raw = Raw(number(ls), name, bytes(buf[max(0, ls - CONTEXT_BYTES):ls]) + raw_line, key)
+            raw = Raw(number(ls), name, self._context(buf, ls, name) + raw_line, key)
             if len(self.first) < FIRST_EVENTS:
                 self.first.append(raw)
             elif slot is not None and len(slot) < PER_TYPE:
@@ -428,6 +428,15 @@ class Collector:
             else:
                 self.last.append(raw)
                 full.add(key)
+
+    def _context(self, buf, ls: int, name: str | None) -> bytes:
+        """The CONTEXT_BYTES before a line at offset ls of the block: near the block's start, the
+        previous block's kept tail first (its bytes end where this block begins), so a traceback
+        that a block boundary cuts keeps its frames."""
+        if ls >= CONTEXT_BYTES:
+            return bytes(buf[ls - CONTEXT_BYTES:ls])
+        before = self.tails.get(name, (0, b""))[1][ls - CONTEXT_BYTES:]
+        return before + bytes(buf[:ls])
 
     def _key(self, raw_line: bytes) -> str | None:
         """The exception type of a line, or the generic line pattern it matches; None: nothing

@@ -967,6 +967,20 @@ def test_a_log_that_ends_inside_a_traceback_says_so(tmp_path):
     assert page.returncode == 0 and "when the log ends on it" in page.stdout
 
 
+def test_a_block_boundary_before_the_exception_line_keeps_its_frames(tmp_path, monkeypatch):
+    # blocks are cut after a newline: when one falls right before the exception line, its traceback
+    # lies in the block before, and the line's context must come from there (the kept tail)
+    out = python_output("def collate(b):\n    return b['input_ids']\ncollate({})\n", tmp_path)
+    log = "".join(f"INFO step {i} loss 0.5\n" for i in range(400)) + out
+    from matching import explain as ex
+    whole = explain_text(log, matcher=layer_alone())[0]
+    assert any("in collate" in ln.text for ln in whole.lines)
+    at = log.encode().index(b"KeyError: 'input_ids'")
+    monkeypatch.setattr(ex, "BLOCK_BYTES", at + 5)  # the first block ends just before that line
+    cut = explain_text(log, matcher=layer_alone())[0]
+    assert [(ln.n, ln.text) for ln in cut.lines] == [(ln.n, ln.text) for ln in whole.lines]
+
+
 def test_a_cut_traceback_shows_where_the_run_was(tmp_path, monkeypatch):
     # the innermost frame and its source line come from the log's end, past the header the layer
     # keeps; with small blocks the frames lie in later blocks than the header, the last one short
