@@ -31,6 +31,8 @@ the overrides make largest.
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -166,3 +168,33 @@ def test_a_missing_module_raised_in_a_source_checkout_of_its_package_is_imports(
     assert explain_text(absent.stderr)[0].rule == "python-module-not-found"
     page = run_doctor("rules", "python-module-not-found")
     assert page.returncode == 0 and "unless the generic layer reads the same line as generic-import-source-tree" in page.stdout
+
+
+# Each way datasets (the installed release) refuses a column the dataset lacks, raised for real by
+# a real interpreter: the rule matches the words every one of them shares, not one log's line.
+DATASETS_COLUMN_CALLS = [
+    'ds["prompt"]',
+    'ds.select_columns(["prompt"])',
+    'ds.remove_columns(["prompt"])',
+    'ds.rename_column("prompt", "query")',
+    'ds.rename_columns({"prompt": "query"})',
+    'ds.map(lambda q: {"n": 1}, input_columns=["prompt"])',
+    'ds.map(lambda e: e, remove_columns=["prompt"])',
+    'ds.unique("prompt")',
+    'ds.class_encode_column("prompt")',
+    'ds.with_format("numpy", columns=["prompt"])',
+    'list(ds.to_iterable_dataset().rename_columns({"prompt": "query"}))',
+]
+
+
+@pytest.mark.parametrize("call", DATASETS_COLUMN_CALLS)
+def test_every_missing_column_refusal_of_datasets_is_named(call, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("import datasets\n"
+                      "ds = datasets.Dataset.from_dict({'question': ['1+1?'], 'answer': ['2']})\n"
+                      f"{call}\n")
+    r = subprocess.run([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode != 0, r.stdout  # the call really failed
+    found = explain_text(r.stdout)
+    assert found and found[0].rule == "datasets-column-missing", (r.stdout[-600:], found[:1])
