@@ -797,6 +797,12 @@ def _consequence(g: Generic, text: str) -> bool:
     return any(_rx(p).search(text) for p in g.consequences)
 
 
+def _only_consequence(e: Event, g: Generic, weak: frozenset) -> bool:
+    """Every exception of the chain reports a failure elsewhere (vLLM's EngineDeadError, Ray's
+    ActorDiedError, ...): the run's cause is an earlier exception, which is then the terminal one."""
+    return all(_consequence(g, x.text) or ((x.line.file or ""), x.n) in weak for x in e.chain)
+
+
 def is_consequence_line(text: str, g: Generic | None = None) -> bool:
     return _consequence(g or generic(), text)
 
@@ -831,8 +837,8 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
     evs = events(col, g)
     last, end = {}, {}
     for e in evs:
-        if e.chain and not e.handled:
-            last[e.line.file] = e            # each file's last exception: its terminal failure
+        if e.chain and not e.handled and not _only_consequence(e, g, weak):
+            last[e.line.file] = e            # each file's last exception that is not a consequence: its terminal failure
         end[e.line.file] = max(end.get(e.line.file, 0), e.line.n)   # each file's last event
     verdicts, seen = [], {}
     for e in evs:

@@ -182,6 +182,23 @@ def test_a_cause_on_another_node_beats_a_rule_matched_consequence(tmp_path):
     assert found[0].rule == "generic-data-file-not-found"
 
 
+def test_the_last_exception_that_is_not_a_consequence_is_the_terminal_one(tmp_path):
+    # a real engine process dies of an error only the terminal class knows; its client then
+    # raises an error that only reports it (the consequence): the first is the run's cause
+    code = (
+        "import subprocess, sys\n"
+        "r = subprocess.run([sys.executable, '-c', 'def busy_loop(state):\\n    return 1 / state\\nbusy_loop(0)'])\n"
+        "class EngineDeadError(Exception):\n    pass\n"
+        "if r.returncode:\n"
+        "    raise EngineDeadError('Engine core initialization failed. See root cause above.')\n")
+    out = python_output(code, tmp_path)
+    assert out.index("ZeroDivisionError") < out.index("EngineDeadError: Engine core initialization failed")
+    for matcher in (layer_alone(), None):
+        found = explain_text(out, all=True, matcher=matcher)
+        assert found[0].rule == "generic-python-exception" and not found[0].consequence, found
+        assert found[0].lines[-1].text.startswith("ZeroDivisionError")
+
+
 @pytest.fixture(scope="module")
 def clients_joined(tmp_path_factory):
     """A real DistStoreError: rank 0 serves the store and waits for a rank 1 that never comes."""
