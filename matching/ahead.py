@@ -6,6 +6,7 @@ the per-line work (matching/explain.py). DOCTOR_AHEAD=0 turns it off.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import select
 import signal
@@ -35,9 +36,19 @@ def block_spans(fd: int, size: int, block: int):
         start = tail + cut + 1
 
 
-def _hits(prefilter, fd: int, span: tuple[int, int], view: memoryview) -> tuple[list[int], list[int]]:
-    """The prefilter's (cheap, other) hits in [start, end) of the file, read into `view`."""
+def _hits(prefilter, fd: int, span: tuple[int, int], view) -> tuple[list[int], list[int]]:
+    """The prefilter's (cheap, other) hits in [start, end) of the file, read into `view` (a
+    memoryview), or where the page cache holds it when `view` is the file mapped (the helper's: no
+    copy, a tenth of its time); the block's pages are then let go (a mapping's pages count as the
+    process's memory). A file cut short meanwhile faults (SIGBUS) the helper alone: the reader then
+    scans the rest, as for any helper that died."""
     start, end = span
+    if isinstance(view, mmap.mmap):
+        with memoryview(view) as whole, whole[start:end] as block:
+            hits = prefilter.candidates(block)
+        at = start - start % mmap.PAGESIZE
+        view.madvise(mmap.MADV_DONTNEED, at, end - at)
+        return hits
     size, got = end - start, 0
     while got < size:
         n = os.preadv(fd, [view[got:size]], start + got)
@@ -47,11 +58,11 @@ def _hits(prefilter, fd: int, span: tuple[int, int], view: memoryview) -> tuple[
     return prefilter.candidates(view[:size])
 
 
-def _answer(prefilter, fd: int, k: int, span: tuple[int, int] | None, view: memoryview) -> bytes:
+def _answer(prefilter, fd: int, k: int, span: tuple[int, int] | None, mapped) -> bytes:
     """The helper's result for block k: where it is and its prefilter hits (none past its spans)."""
     if span is None:
         return array("Q", [k, 0, 0, 0, 0]).tobytes()
-    cheap, other = _hits(prefilter, fd, span, view)
+    cheap, other = _hits(prefilter, fd, span, mapped)
     head = array("Q", [k, *span, len(cheap), len(other)])
     return b"".join((head.tobytes(), array(_HIT, cheap).tobytes(), array(_HIT, other).tobytes()))
 
@@ -61,13 +72,13 @@ def _helper(prefilter, fd: int, size: int, block: int, tokens: int, results: int
     returns into the reader's code (os._exit), whatever happens."""
     code = 1
     try:
-        view, spans, at = memoryview(bytearray(block)), block_spans(fd, size, block), -1
+        mapped, spans, at = mmap.mmap(fd, size, access=mmap.ACCESS_READ), block_spans(fd, size, block), -1
         while len(token := os.read(tokens, 4)) == 4:
             k = int.from_bytes(token, sys.byteorder)
             span = None
             while at < k and (span := next(spans, None)) is not None:  # skip those the reader took
                 at += 1
-            data = memoryview(_answer(prefilter, fd, k, span if at == k else None, view))
+            data = memoryview(_answer(prefilter, fd, k, span if at == k else None, mapped))
             while data:
                 data = data[os.write(results, data):]
         code = 0

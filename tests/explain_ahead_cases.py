@@ -163,6 +163,44 @@ def test_a_helper_that_dies_leaves_the_reader_alone(tmp_path, monkeypatch, answe
     assert len(answered) == 3
 
 
+def test_a_file_cut_short_under_the_helper_leaves_the_reader_alone(tmp_path, monkeypatch, answered):
+    """The helper scans the file where the page cache holds it (mapped): a file cut short under it
+    faults it (SIGBUS, for real here). The reader, which had read its block already, goes on alone
+    and reports on what it read: the log up to where its reads stopped, past that block."""
+    log = _log(tmp_path, ["ray-actor-died.log", "memory-oom-log-prob.log", "ray-actor-died.log"])
+    whole = log.read_bytes()
+    with open(log, "rb") as fh:
+        spans = list(ah.block_spans(fh.fileno(), len(whole), BLOCK))
+    reader, prefilter, take = os.getpid(), default_matcher().prefilter, ah.Ahead.take
+    candidates, waiting, calls = prefilter.candidates, tmp_path / "reader-waits", [0]
+
+    def marking(self, k, start, end):
+        if k == 2:
+            waiting.write_text("1")  # it has read block 2 and waits for the helper's answer
+        return take(self, k, start, end)
+
+    def cut_short(view):
+        calls[0] += 1
+        if os.getpid() != reader and calls[0] == 3:  # the helper, at block 2
+            for _ in range(500):
+                if waiting.exists():
+                    break
+                time.sleep(0.01)
+            os.truncate(log, spans[2][0])
+        return candidates(view)
+
+    monkeypatch.setattr(ah.Ahead, "take", marking)
+    monkeypatch.setattr(prefilter, "candidates", cut_short)
+    got = _report([log], monkeypatch, alone=False)
+    assert len(answered) == 2 and log.stat().st_size == spans[2][0]  # the helper answered 0 and 1, then died
+    read = got["stats"]["bytes"]
+    assert spans[2][1] <= read < len(whole)
+    monkeypatch.setattr(prefilter, "candidates", candidates)
+    kept = tmp_path / "kept.log"
+    kept.write_bytes(whole[:read])
+    assert {**got, "source": str(kept)} == _report([kept], monkeypatch, alone=True)
+
+
 def test_no_helper_is_forked_from_a_process_with_other_threads(tmp_path, monkeypatch, answered):
     log = _log(tmp_path, ["memory-oom-log-prob.log"])
     alone = _report([log], monkeypatch, alone=True)
