@@ -36,19 +36,18 @@ def block_spans(fd: int, size: int, block: int):
         start = tail + cut + 1
 
 
-def _hits(prefilter, fd: int, span: tuple[int, int], view) -> tuple[list[int], list[int]]:
-    """The prefilter's (cheap, other) hits in [start, end) of the file, read into `view` (a
-    memoryview), or where the page cache holds it when `view` is the file mapped (the helper's: no
-    copy, a tenth of its time); the block's pages are then let go (a mapping's pages count as the
-    process's memory). A file cut short meanwhile faults (SIGBUS) the helper alone: the reader then
-    scans the rest, as for any helper that died."""
+def _hits(prefilter, fd: int, span: tuple[int, int], view: memoryview | None) -> tuple[list[int], list[int]]:
+    """The prefilter's (cheap, other) hits in [start, end) of the file, read into `view`, or with
+    no view (the helper's) scanned where the page cache holds it: that block alone mapped, with no
+    copy (a tenth of the helper's time; a mapping's pages count as the process's memory, so no more
+    than the block is mapped at once). A file cut short meanwhile faults (SIGBUS) the helper alone:
+    the reader then scans the rest, as for any helper that died."""
     start, end = span
-    if isinstance(view, mmap.mmap):
-        with memoryview(view) as whole, whole[start:end] as block:
-            hits = prefilter.candidates(block)
-        at = start - start % mmap.PAGESIZE
-        view.madvise(mmap.MADV_DONTNEED, at, end - at)
-        return hits
+    if view is None:
+        at = start - start % mmap.ALLOCATIONGRANULARITY
+        with mmap.mmap(fd, end - at, offset=at, access=mmap.ACCESS_READ) as mapped:
+            with memoryview(mapped) as whole, whole[start - at:] as block:
+                return prefilter.candidates(block)
     size, got = end - start, 0
     while got < size:
         n = os.preadv(fd, [view[got:size]], start + got)
@@ -58,11 +57,11 @@ def _hits(prefilter, fd: int, span: tuple[int, int], view) -> tuple[list[int], l
     return prefilter.candidates(view[:size])
 
 
-def _answer(prefilter, fd: int, k: int, span: tuple[int, int] | None, mapped) -> bytes:
+def _answer(prefilter, fd: int, k: int, span: tuple[int, int] | None) -> bytes:
     """The helper's result for block k: where it is and its prefilter hits (none past its spans)."""
     if span is None:
         return array("Q", [k, 0, 0, 0, 0]).tobytes()
-    cheap, other = _hits(prefilter, fd, span, mapped)
+    cheap, other = _hits(prefilter, fd, span, None)
     head = array("Q", [k, *span, len(cheap), len(other)])
     return b"".join((head.tobytes(), array(_HIT, cheap).tobytes(), array(_HIT, other).tobytes()))
 
@@ -72,13 +71,13 @@ def _helper(prefilter, fd: int, size: int, block: int, tokens: int, results: int
     returns into the reader's code (os._exit), whatever happens."""
     code = 1
     try:
-        mapped, spans, at = mmap.mmap(fd, size, access=mmap.ACCESS_READ), block_spans(fd, size, block), -1
+        spans, at = block_spans(fd, size, block), -1
         while len(token := os.read(tokens, 4)) == 4:
             k = int.from_bytes(token, sys.byteorder)
             span = None
             while at < k and (span := next(spans, None)) is not None:  # skip those the reader took
                 at += 1
-            data = memoryview(_answer(prefilter, fd, k, span if at == k else None, mapped))
+            data = memoryview(_answer(prefilter, fd, k, span if at == k else None))
             while data:
                 data = data[os.write(results, data):]
         code = 0
