@@ -164,6 +164,24 @@ def test_families_give_the_member_meaning(tmp_path):
     assert (oom.rule, oom.category) == ("generic-acl-runtime-result", "memory")
 
 
+# torch's device count failing (c10/cuda/CUDAFunctions.cpp): the cudaError_t's number and string say why
+@pytest.mark.parametrize("error,category", [
+    ("803: system has unsupported display driver / cuda driver combination", "versions"),
+    ("804: forward compatibility was attempted on non supported HW", "versions"),
+    ("802: system not yet initialized", "cluster"),
+    ("999: unknown error", "other"),
+])
+def test_torch_counting_no_devices_is_read_by_its_cuda_error(error, category):
+    text = ("Traceback (most recent call last):\n"
+            '  File "/usr/lib/python3/dist-packages/torch/cuda/__init__.py", line 319, in _lazy_init\n'
+            "    torch._C._cuda_init()\n"
+            "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before "
+            f"calling NumCudaDevices() that might have already set an error? Error {error}\n")
+    for matcher in (layer_alone(), None):
+        top = explain_text(text, matcher=matcher)[0]
+        assert (top.rule, top.category) == ("generic-cuda-error", category)
+
+
 # ---------------------------------------------------------------------------------------------
 # Cause over consequence, across nodes and pids
 
