@@ -204,12 +204,13 @@ class Generic:
     classes: tuple[GClass, ...]
     consequences: tuple[str, ...]
     progress: tuple[tuple[str, str], ...]   # (literal, pattern)
+    points_back: str = ""                   # a consequence's words that send the reader to an earlier error
 
     def __hash__(self) -> int:
         """Hashed once: the layer's helpers are cached on it, per flagged line (a deep hash costs ~25 us)."""
         h = self.__dict__.get("_hash")
         if h is None:
-            h = hash((self.classes, self.consequences, self.progress))
+            h = hash((self.classes, self.consequences, self.progress, self.points_back))
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -303,10 +304,12 @@ def load_generic(path: Path | str | None = None) -> Generic:
     ids = [c.id for c in classes]
     if len(set(ids)) != len(ids):
         raise GenericError("generic.toml: duplicate class id")
-    cons = tuple(_regex(p, "generic.toml: consequences") for p in doc.get("consequences", {}).get("patterns", ()))
+    cons_doc = doc.get("consequences", {})
+    cons = tuple(_regex(p, "generic.toml: consequences") for p in cons_doc.get("patterns", ()))
+    back = _regex(cons_doc["points_back"], "generic.toml: consequences") if "points_back" in cons_doc else ""
     prog = tuple((p["literal"], _regex(p["pattern"], "generic.toml: progress"))
                  for p in doc.get("progress", {}).get("markers", ()))
-    return Generic(tuple(classes), cons, prog)
+    return Generic(tuple(classes), cons, prog, back)
 
 
 @lru_cache(maxsize=1)
@@ -779,7 +782,7 @@ def classify(ev: Event, g: Generic, final: bool, weak: frozenset = frozenset(), 
     final = final and (ev.header or bare)
     for exc in excs:
         text = exc.text if exc else ev.line.text
-        if _consequence(g, text) or (exc and ((exc.line.file or ""), exc.n) in weak):
+        if _consequence(g, text) or (exc and _claimed(exc, weak)):
             continue
         for c in g.classes:
             if c.alone or c.last or (c.terminal and not (final and exc is excs[-1])) or (c.cut and (exc or not ends)):
@@ -797,10 +800,18 @@ def _consequence(g: Generic, text: str) -> bool:
     return any(_rx(p).search(text) for p in g.consequences)
 
 
-def _only_consequence(e: Event, g: Generic, weak: frozenset) -> bool:
-    """Every exception of the chain reports a failure elsewhere (vLLM's EngineDeadError, Ray's
-    ActorDiedError, ...): the run's cause is an earlier exception, which is then the terminal one."""
-    return all(_consequence(g, x.text) or ((x.line.file or ""), x.n) in weak for x in e.chain)
+def _claimed(exc: Exc, weak: frozenset) -> bool:
+    """A line only a consequence rule claims."""
+    return ((exc.line.file or ""), exc.n) in weak
+
+
+def _points_back(e: Event, g: Generic, weak: frozenset) -> bool:
+    """Every exception of the chain reports a failure elsewhere, and one says the cause was printed
+    before it (vLLM's EngineDeadError "See stack trace (above) for the root cause"): the run's
+    terminal failure is then the exception before it. A consequence that does not say so (Ray's
+    ActorDiedError after an exception the run survived) stays the run's end."""
+    return (bool(g.points_back) and all(_consequence(g, x.text) or _claimed(x, weak) for x in e.chain)
+            and any(_rx(g.points_back).search(x.text) for x in e.chain))
 
 
 def is_consequence_line(text: str, g: Generic | None = None) -> bool:
@@ -837,8 +848,8 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
     evs = events(col, g)
     last, end = {}, {}
     for e in evs:
-        if e.chain and not e.handled and not _only_consequence(e, g, weak):
-            last[e.line.file] = e            # each file's last exception that is not a consequence: its terminal failure
+        if e.chain and not e.handled and not _points_back(e, g, weak):
+            last[e.line.file] = e            # each file's last exception (not one sending to an earlier one): its terminal failure
         end[e.line.file] = max(end.get(e.line.file, 0), e.line.n)   # each file's last event
     verdicts, seen = [], {}
     for e in evs:

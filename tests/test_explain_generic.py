@@ -200,21 +200,32 @@ def test_a_cause_on_another_node_beats_a_rule_matched_consequence(tmp_path):
     assert found[0].rule == "generic-data-file-not-found"
 
 
-def test_the_last_exception_that_is_not_a_consequence_is_the_terminal_one(tmp_path):
-    # a real engine process dies of an error only the terminal class knows; its client then
-    # raises an error that only reports it (the consequence): the first is the run's cause
+def _engine_run(tmp_path, died: str) -> str:
+    """What a real interpreter prints when its engine process dies of an error only the terminal
+    class knows, and it then raises `died` (an exception type and message) about it."""
+    kind, message = died.split(": ", 1)
     code = (
         "import subprocess, sys\n"
         "r = subprocess.run([sys.executable, '-c', 'def busy_loop(state):\\n    return 1 / state\\nbusy_loop(0)'])\n"
-        "class EngineDeadError(Exception):\n    pass\n"
-        "if r.returncode:\n"
-        "    raise EngineDeadError('Engine core initialization failed. See root cause above.')\n")
+        "print('INFO engine restarted, serving requests')\n"
+        f"class {kind}(Exception):\n    pass\n"
+        f"if r.returncode:\n    raise {kind}({message!r})\n")
     out = python_output(code, tmp_path)
-    assert out.index("ZeroDivisionError") < out.index("EngineDeadError: Engine core initialization failed")
+    assert out.index("ZeroDivisionError") < out.index(died)
+    return out
+
+
+def test_a_consequence_that_points_back_leaves_the_run_to_the_exception_before_it(tmp_path):
+    # vLLM's client: "See root cause above": the engine's own error is the run's cause
+    out = _engine_run(tmp_path, "EngineDeadError: Engine core initialization failed. See root cause above.")
     for matcher in (layer_alone(), None):
         found = explain_text(out, all=True, matcher=matcher)
         assert found[0].rule == "generic-python-exception" and not found[0].consequence, found
         assert found[0].lines[-1].text.startswith("ZeroDivisionError")
+    # Ray's actor death says no such thing: an exception before it may have been survived, and the
+    # death (a rule's consequence) stays the run's end
+    out = _engine_run(tmp_path, "ActorDiedError: The actor died unexpectedly before finishing this task.")
+    assert explain_text(out)[0].rule == "ray-actor-died"
 
 
 @pytest.fixture(scope="module")
