@@ -40,14 +40,19 @@ def _hits(prefilter, fd: int, span: tuple[int, int], view: memoryview | None) ->
     """The prefilter's (cheap, other) hits in [start, end) of the file, read into `view`, or with
     no view (the helper's) scanned where the page cache holds it: that block alone mapped, with no
     copy (a tenth of the helper's time; a mapping's pages count as the process's memory, so no more
-    than the block is mapped at once). A file cut short meanwhile faults (SIGBUS) the helper alone:
-    the reader then scans the rest, as for any helper that died."""
+    than the block is mapped at once). A file cut short meanwhile faults (SIGBUS) the helper in the
+    pages past its new end, and reads as zeros in the page it now ends in: the size is checked
+    after the scan. Either way the helper is gone and the reader scans the rest, as for any helper
+    that died."""
     start, end = span
     if view is None:
         at = start - start % mmap.ALLOCATIONGRANULARITY
         with mmap.mmap(fd, end - at, offset=at, access=mmap.ACCESS_READ) as mapped:
             with memoryview(mapped) as whole, whole[start - at:] as block:
-                return prefilter.candidates(block)
+                hits = prefilter.candidates(block)
+        if os.fstat(fd).st_size < end:
+            raise OSError("the file got shorter")
+        return hits
     size, got = end - start, 0
     while got < size:
         n = os.preadv(fd, [view[got:size]], start + got)
@@ -71,6 +76,11 @@ def _helper(prefilter, fd: int, size: int, block: int, tokens: int, results: int
     returns into the reader's code (os._exit), whatever happens."""
     code = 1
     try:
+        # A fault in the mapped file must end the helper: a handler the host set (Python's only sets
+        # a flag and returns) would repeat the faulting read forever; and it leaves no core file.
+        import resource  # here: a forked child, so a POSIX system
+        signal.signal(signal.SIGBUS, signal.SIG_DFL)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         spans, at = block_spans(fd, size, block), -1
         while len(token := os.read(tokens, 4)) == 4:
             k = int.from_bytes(token, sys.byteorder)
@@ -119,6 +129,7 @@ class Ahead:
         self.spans, self.cut = block_spans(fd, size, block), []  # the blocks as the reader cuts them
         self.block, self.view = block, None  # the buffer for a block it claims ahead: made on first use
         self.early: set[int] = set()         # blocks it scanned ahead whose answers are not yet taken
+        self.status: int | None = None       # the helper's wait status, once reaped
         tokens, tokens_w = os.pipe()
         results_r, results = os.pipe()
         try:
@@ -206,9 +217,10 @@ class Ahead:
                 os.close(fd)
         self.results = -1
         try:  # reaped by us first, so the pid cannot be another process's when it is killed
-            if os.waitpid(self.pid, os.WNOHANG)[0] == 0:
+            pid, self.status = os.waitpid(self.pid, os.WNOHANG)
+            if pid == 0:
                 os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
+                self.status = os.waitpid(self.pid, 0)[1]
         except ChildProcessError:  # the host's own SIGCHLD handler reaped it
             pass
 

@@ -163,42 +163,78 @@ def test_a_helper_that_dies_leaves_the_reader_alone(tmp_path, monkeypatch, answe
     assert len(answered) == 3
 
 
-def test_a_file_cut_short_under_the_helper_leaves_the_reader_alone(tmp_path, monkeypatch, answered):
-    """The helper scans the file where the page cache holds it (mapped): a file cut short under it
-    faults it (SIGBUS, for real here). The reader, which had read its block already, goes on alone
-    and reports on what it read: the log up to where its reads stopped, past that block."""
+def _cut_under_the_helper(tmp_path, monkeypatch, at_block: int, cut):
+    """Run with a helper that, at block `at_block` (once the reader has read it and waits for its
+    answer), cuts the file to cut(spans); returns (the report, the file's bytes before the cut,
+    its spans, the helper's wait status)."""
     log = _log(tmp_path, ["ray-actor-died.log", "memory-oom-log-prob.log", "ray-actor-died.log"])
     whole = log.read_bytes()
     with open(log, "rb") as fh:
         spans = list(ah.block_spans(fh.fileno(), len(whole), BLOCK))
-    reader, prefilter, take = os.getpid(), default_matcher().prefilter, ah.Ahead.take
-    candidates, waiting, calls = prefilter.candidates, tmp_path / "reader-waits", [0]
+    reader, prefilter, take, close = os.getpid(), default_matcher().prefilter, ah.Ahead.take, ah.Ahead.close
+    candidates, waiting, calls, status = prefilter.candidates, tmp_path / "reader-waits", [0], []
 
     def marking(self, k, start, end):
-        if k == 2:
-            waiting.write_text("1")  # it has read block 2 and waits for the helper's answer
+        if k == at_block:
+            waiting.write_text("1")  # it has read the block and waits for the helper's answer
         return take(self, k, start, end)
 
-    def cut_short(view):
+    def cutting(view):
         calls[0] += 1
-        if os.getpid() != reader and calls[0] == 3:  # the helper, at block 2
-            for _ in range(500):
+        if os.getpid() != reader and calls[0] == at_block + 1:  # the helper, at that block
+            for _ in range(6000):
                 if waiting.exists():
                     break
                 time.sleep(0.01)
-            os.truncate(log, spans[2][0])
+            os.truncate(log, cut(spans))
         return candidates(view)
 
+    def closing(self):
+        close(self)
+        status.append(self.status)
+
     monkeypatch.setattr(ah.Ahead, "take", marking)
-    monkeypatch.setattr(prefilter, "candidates", cut_short)
+    monkeypatch.setattr(ah.Ahead, "close", closing)
+    monkeypatch.setattr(prefilter, "candidates", cutting)
     got = _report([log], monkeypatch, alone=False)
-    assert len(answered) == 2 and log.stat().st_size == spans[2][0]  # the helper answered 0 and 1, then died
-    read = got["stats"]["bytes"]
-    assert spans[2][1] <= read < len(whole)
     monkeypatch.setattr(prefilter, "candidates", candidates)
+    return got, whole, spans, status[0]
+
+
+def _as_read(tmp_path, monkeypatch, got, whole) -> dict:
+    """The reader's report alone on the bytes it read."""
     kept = tmp_path / "kept.log"
-    kept.write_bytes(whole[:read])
-    assert {**got, "source": str(kept)} == _report([kept], monkeypatch, alone=True)
+    kept.write_bytes(whole[:got["stats"]["bytes"]])
+    return {**_report([kept], monkeypatch, alone=True), "source": got["source"]}
+
+
+def test_a_file_cut_short_under_the_helper_leaves_the_reader_alone(tmp_path, monkeypatch, answered):
+    """The helper scans the file where the page cache holds it (mapped): a file cut short under it
+    faults it (SIGBUS, for real here, even where the host set a handler of its own). The reader,
+    which had read its block already, goes on alone and reports on what it read: the log up to
+    where its reads stopped, past that block."""
+    old = signal.signal(signal.SIGBUS, lambda *a: None)  # Python's handler returns: the fault would repeat
+    try:
+        got, whole, spans, status = _cut_under_the_helper(tmp_path, monkeypatch, 2, lambda s: s[2][0])
+    finally:
+        signal.signal(signal.SIGBUS, old)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGBUS
+    assert len(answered) == 2  # the helper answered blocks 0 and 1, then died
+    assert spans[2][1] <= got["stats"]["bytes"] < len(whole)
+    assert got == _as_read(tmp_path, monkeypatch, got, whole)
+
+
+def test_a_file_cut_inside_a_blocks_last_page_is_no_answer(tmp_path, monkeypatch, answered):
+    """Cut inside the last page of the block the helper scans, the mapping reads zeros there and
+    does not fault: the helper sees the file shorter than the block and answers nothing; the
+    reader, which had the block's bytes, scans it itself."""
+    def in_last_page(spans):
+        end = spans[3][1]
+        return max(spans[3][0] + 1, (end - 1) // 4096 * 4096 + 1)
+    got, whole, spans, status = _cut_under_the_helper(tmp_path, monkeypatch, 3, in_last_page)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 1
+    assert len(answered) == 3
+    assert got == _as_read(tmp_path, monkeypatch, got, whole)
 
 
 def test_no_helper_is_forked_from_a_process_with_other_threads(tmp_path, monkeypatch, answered):
