@@ -184,6 +184,8 @@ DATASETS_COLUMN_CALLS = [
     'ds.class_encode_column("prompt")',
     'ds.with_format("numpy", columns=["prompt"])',
     'list(ds.to_iterable_dataset().rename_columns({"prompt": "query"}))',
+    'ds.to_iterable_dataset().select_columns(["prompt"])',
+    'ds.sort("prompt")',
 ]
 
 
