@@ -169,7 +169,7 @@ def test_families_give_the_member_meaning(tmp_path):
     ("803: system has unsupported display driver / cuda driver combination", "versions"),
     ("804: forward compatibility was attempted on non supported HW", "versions"),
     ("802: system not yet initialized", "cluster"),
-    ("999: unknown error", "other"),
+    ("999: unknown error", "cluster"),
 ])
 def test_torch_counting_no_devices_is_read_by_its_cuda_error(error, category):
     text = ("Traceback (most recent call last):\n"
