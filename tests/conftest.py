@@ -23,6 +23,15 @@ def run_doctor(*args: str, cwd: str | os.PathLike | None = None, env: dict | Non
                           input=input, capture_output=True, text=True, timeout=timeout)
 
 
+def run_python(code: str, tmp_path: Path, name: str = "job.py") -> subprocess.CompletedProcess:
+    """A real interpreter running `code` from tmp_path: its stdout and stderr together, as a log
+    has them (what it writes stays in tmp_path)."""
+    script = tmp_path / name
+    script.write_text(code)
+    return subprocess.run([sys.executable, "-u", str(script)], stdout=subprocess.PIPE, cwd=tmp_path,
+                          stderr=subprocess.STDOUT, text=True, timeout=120)
+
+
 @pytest.fixture
 def doctor():
     return run_doctor

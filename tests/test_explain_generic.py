@@ -20,7 +20,7 @@ from matching import terminal
 from matching.catalog import CatalogError
 from matching.explain import Matcher, explain_paths, explain_text
 
-from .conftest import ROOT, run_doctor
+from .conftest import ROOT, run_doctor, run_python
 from .fresh import can_unshare
 
 FIX = ROOT / "tests" / "fixtures" / "explain"
@@ -32,11 +32,7 @@ def body(name: str) -> str:
 
 def python_output(code: str, tmp_path, name="job.py") -> str:
     """What a real interpreter prints running `code` (stdout and stderr, as a log has them)."""
-    script = tmp_path / name
-    script.write_text(code)
-    r = subprocess.run([sys.executable, "-u", str(script)], stdout=subprocess.PIPE, cwd=tmp_path,
-                       stderr=subprocess.STDOUT, text=True, timeout=120)  # what it writes stays in tmp_path
-    return r.stdout
+    return run_python(code, tmp_path, name).stdout
 
 
 @functools.lru_cache(maxsize=1)

@@ -31,8 +31,6 @@ the overrides make largest.
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -41,7 +39,7 @@ from matching.catalog import load_rules
 from matching.explain import Matcher, explain_paths, explain_report, explain_text
 from matching.terminal import generic
 
-from .conftest import SHARED, run_doctor
+from .conftest import SHARED, run_doctor, run_python
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "explain"
 # runs that did not fail: the shared research corpus, and runs captured here
@@ -197,12 +195,9 @@ DATASETS_COLUMN_CALLS = [
 
 @pytest.mark.parametrize("call", DATASETS_COLUMN_CALLS)
 def test_every_missing_column_refusal_of_datasets_is_named(call, tmp_path):
-    script = tmp_path / "job.py"
-    script.write_text("import datasets\n"
-                      "ds = datasets.Dataset.from_dict({'question': ['1+1?'], 'answer': ['2']})\n"
-                      f"{call}\n")
-    r = subprocess.run([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=120, cwd=tmp_path)
+    r = run_python("import datasets\n"
+                   "ds = datasets.Dataset.from_dict({'question': ['1+1?'], 'answer': ['2']})\n"
+                   f"{call}\n", tmp_path)
     assert r.returncode != 0, r.stdout  # the call really failed
     found = explain_text(r.stdout)
     assert found and found[0].rule == "datasets-column-missing", (r.stdout[-600:], found[:1])
