@@ -99,6 +99,11 @@ IGNORED = re2.compile(r"^Exception ignored (?:in|on|while)\b")
 FRAME = re2.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)|'
                     r'^(?P<tpath>[^\s:"]+\.py):\d+: ?(?:in (?P<tfunc>\S+)|[A-Z]\w*)?$|'
                     r'^(?:File )?(?P<ipath>[~/][^\s:,]*\.py)(?::\d+,)? in (?P<ifunc><?\w+>?)\(')
+# A frame line wrapped where a narrow terminal or an issue's paste broke it: `File` and its quoted path,
+# then `line N, in f` on lines of their own (the wrap falls at the spaces CPython prints, traceback.py).
+WRAPPED_AT = re2.compile(r"^\s*line \d+, in (?P<func>\S+)\s*$")
+WRAPPED_PATH = re2.compile(r'^\s*(?P<file>File\s+)?"(?P<path>[^"]+\.py)",\s*$')
+WRAPPED_FILE = re2.compile(r"(?:^|\s)File\s*$")
 # The other lines of a traceback IPython prints between its frames: a cell's own ("<ipython-input-2-ab> in <module>",
 # 8.x "Cell In[1], line 1") and the source lines around the current one, marked "----> 12" (core/ultratb.py).
 IPY_CONTEXT = re2.compile(r"^(?:<ipython-input-[\w-]+> in |Cell In\[\d+\], line \d+|-*> ?\d+ )")
@@ -552,12 +557,33 @@ def _frame(text: str) -> tuple[str, str] | None:
             m.group("func") or m.group("tfunc") or m.group("ifunc") or "")
 
 
+def _wrapped_frame(lines: list, i: int, process) -> tuple[tuple, int] | None:
+    """A frame line that a narrow terminal or a paste wrapped, read from its last piece lines[i]
+    (`line N, in f`) back over its path's piece (`"path",`, after `File` or below it): ((line,
+    path, function), index of its first piece), or None."""
+    at = WRAPPED_AT.match(lines[i].text)
+    if at is None or i < 1 or lines[i - 1].process != process:
+        return None
+    where = WRAPPED_PATH.match(lines[i - 1].text)
+    if where is None:
+        return None
+    first = i - 1
+    if not where.group("file") and i >= 2 and WRAPPED_FILE.search(lines[i - 2].text):
+        first = i - 2
+    return (lines[i - 1], where.group("path"), at.group("func")), first
+
+
 def _traceback_above(lines: list, end: int, process) -> tuple[list, int]:
     """Frames above lines[end] of the same process, up to its Traceback header: (frames, header index)."""
-    frames = []
+    frames, skip = [], end
     for i in range(end - 1, max(-1, end - 400), -1):
         ln = lines[i]
-        if ln.process != process:
+        if ln.process != process or i >= skip:
+            continue
+        wrapped = _wrapped_frame(lines, i, process)
+        if wrapped:
+            frames.append(wrapped[0])
+            skip = wrapped[1]
             continue
         frame = _frame(ln.text)
         if frame:

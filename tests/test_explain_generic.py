@@ -7,8 +7,10 @@ exception, logging's own output of a handled one, a real gzip file cut or damage
 from __future__ import annotations
 
 import functools
+import textwrap
 
 import gzip
+import re
 import shutil
 import subprocess
 import sys
@@ -729,6 +731,27 @@ def test_transformers_not_knowing_the_model_is_versions(tmp_path, code):
     out = python_output(code, tmp_path)
     assert "KeyError: 'qwen9_doctor'" in out or "ValueError: Unrecognized configuration class" in out, out[-1500:]
     assert layer_verdict(out) == ("generic-version-mismatch", "versions")
+
+
+def test_a_traceback_a_narrow_terminal_wrapped_keeps_its_frames(tmp_path):
+    # a real TypeError raised in a dataset module, its frame lines wrapped at their spaces the way a narrow
+    # terminal or an issue's hard-wrapped paste breaks them: `File`, `"path",`, `line N, in f` each alone
+    (tmp_path / "recipe" / "dataset").mkdir(parents=True)
+    (tmp_path / "recipe" / "dataset" / "rl_dataset.py").write_text(
+        "def build_messages(row):\n    images = row.pop('images', None)\n    return len(images)\n")
+    out = python_output("import sys\nsys.path.insert(0, '.')\nfrom recipe.dataset.rl_dataset import build_messages\n"
+                        "build_messages({'prompt': 'hi'})\n", tmp_path)
+    assert "TypeError: object of type 'NoneType' has no len()" in out, out[-1500:]
+    width = max(len(m) for m in re.findall(r'"[^"]+",', out))     # a quoted path fits a line, `File` beside it does not
+    wrapped = "\n".join(piece for ln in out.splitlines()
+                        for piece in (textwrap.wrap(ln, width, break_long_words=False, break_on_hyphens=False)
+                                      if ln.lstrip().startswith("File ") else [ln]))
+    assert '\nline 3, in build_messages\n' in wrapped and "rl_dataset.py\",\n" in wrapped, wrapped
+    assert layer_verdict(out) == ("generic-data-schema", "data")
+    assert layer_verdict(wrapped) == ("generic-data-schema", "data")        # before: no frame, other
+    # a quoted path above a line that is not CPython's `line N, in f` is no frame: a message stays a message
+    assert layer_verdict("Traceback (most recent call last):\n\"/srv/run/dataset.py\",\nline 3 in build\n"
+                         "TypeError: object of type 'NoneType' has no len()\n")[1] == "other"
 
 
 def test_a_wrapper_naming_a_data_library_error_is_data(tmp_path):
