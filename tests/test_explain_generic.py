@@ -1313,6 +1313,19 @@ def test_hccl_result_codes_are_a_family(code, category):
     assert layer_verdict(text) == ("generic-hccl-error", category)
 
 
+@pytest.mark.parametrize("line,cid,category", [
+    # the HCCLCHECK / ACLCHECK macros of hccl_test and CANN's samples: printf("hccl interface return err %s:%d,
+    # retcode: %d \n", ...); the run then prints its own "This is an error in init_hcclComm."
+    ("hccl interface return err ./common/src/hccl_test_common.cc:503, retcode: 11 ", "generic-hccl-error", "network"),
+    ("[ERROR] hccl interface return err sample.cc:88, retcode: 1", "generic-hccl-error", "config"),
+    ("acl interface return err ./common/src/hccl_test_common.cc:412, retcode: 207018 ", "generic-acl-runtime-result",
+     "memory"),
+])
+def test_the_check_macros_of_cann_samples_and_hccl_test_are_read_by_their_code(line, cid, category):
+    text = "the minbytes is 8192, maxbytes is 67108864, iters is 20, warmup_iters is 5\n" + line + "\n"
+    assert layer_verdict(text + "This is an error in init_hcclComm.\n") == (cid, category)
+
+
 def test_a_checkpoint_torch_loads_only_as_weights_is_versions(tmp_path):
     out = python_output("import torch\nclass Box:\n    pass\n"
                         f"torch.save({{'b': Box()}}, '{tmp_path}/ck.pt')\ntorch.load('{tmp_path}/ck.pt')\n", tmp_path)
