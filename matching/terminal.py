@@ -986,7 +986,20 @@ def _closing_error_line(fam: GClass, g: Generic, col: Collector, name: str | Non
         if fam.cleared_by and any(_rx(fam.cleared_by).search(a.text) for a in lines if a.n > ln.n):
             return None
         member, code = _code_member(fam, m)
+        detail = _detail_member(fam, [a for a in counted if a.n > ln.n]) if member is fam.members[-1] else None
+        if detail:
+            return Verdict(fam, Event(ln), None, detail[0], _words(code, TITLE_WORDS), tail=[detail[1]])
         return Verdict(fam, Event(ln), None, member, _words(code, TITLE_WORDS)) if member else None
+    return None
+
+
+def _detail_member(fam: GClass, after: list) -> tuple[Member, object] | None:
+    """The first of the lines a tool printed after its error line (its detail: "Detailed message: ...",
+    a reason) whose words name a kind of failure the error line's own words do not: (member, line)."""
+    for ln in after:
+        mb = next((mb for mb in fam.members[:-1] if _rx(mb.match).search(ln.text)), None)
+        if mb:
+            return mb, ln
     return None
 
 

@@ -160,6 +160,10 @@ def test_families_give_the_member_meaning(tmp_path):
     assert "driver" in found[0].title
     oom = explain_text("aclrtMalloc failed, runtime result = 207001\n")[0]
     assert (oom.rule, oom.category) == ("generic-acl-runtime-result", "memory")
+    # streams used up where torch_npu begins a graph capture: the capture sizes (vllm-ascend's FAQ), not memory
+    streams = explain_text("capture_begin:../torch_npu/csrc/core/npu/NPUGraph.cpp:230 NPU function error: "
+                           "c10_npu::acl::AclmdlRICaptureBegin(capture_stream_, capture_mode), error code is 207008\n")[0]
+    assert (streams.rule, streams.category) == ("generic-acl-runtime-result", "config")
 
 
 # torch's device count failing (c10/cuda/CUDAFunctions.cpp): the cudaError_t's number and string say why
@@ -543,6 +547,10 @@ def test_shell_cannot_find_the_script_and_the_exit_ranks_after_it(tmp_path):
      "generic-out-of-memory", "memory"),
     ("[node1:2211 :0:2230] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x8)",
      "generic-native-crash", "other"),
+    # Open MPI's fatal-signal handler (opal/util/stacktrace.c: "[%s:%05d] Signal: %s (%d)"), as mpirun shows it
+    ("[mbay-csp2:627483] *** Process received signal ***\n[mbay-csp2:627483] Signal: Segmentation fault (11)\n"
+     "[mbay-csp2:627483] Signal code:  (-6)", "generic-native-crash", "other"),
+    ("[node1:00042] Signal: Bus error (7)", "generic-native-crash", "memory"),       # SIGBUS: the shared memory
     # NCCL's trace of an error result on its way up (src/include/checks.h), before and after 2.2x added the function
     ("node1:2330:2658 [2] NCCL INFO misc/socket.cc:567 -> 2", "generic-nccl-error", "network"),
     ("node1:2330:2658 [2] NCCL INFO transport/net.cc:1012 (ncclTransportP2pSetup) -> 6", "generic-nccl-error", "network"),
@@ -1581,6 +1589,33 @@ def test_glogs_stack_after_its_fatal_line_does_not_push_it_out_of_the_last_lines
     top = explain_text("F1130 10:01:02.123456  4242 object_manager.cc:120] Check failed: the GCS is unreachable\n"
                        + stack, matcher=layer_alone())[0]
     assert (top.rule, top.category) == ("generic-error-line", "network")
+
+
+def test_rays_check_failure_is_a_fatal_line_though_its_message_starts_with_a_space():
+    # RAY_CHECK streams " Check failed: " after glog's "] " (src/ray/util/logging.h): two spaces before the message
+    top = explain_text("F0528 14:53:04.237076   138 service_based_accessor.cc:320]  Check failed: !local_node_id_.IsNil() "
+                       "This node is disconnected.\n*** Check failure stack trace: ***\n"
+                       "    @     0x55bb8f0f676d  google::LogMessage::Fail()\n", matcher=layer_alone())[0]
+    assert top.rule == "generic-error-line" and top.title.endswith("This node is disconnected. (another failure)")
+
+
+@pytest.mark.parametrize("detail,category", [
+    ("Error: Rank -1 received an Exception. Detailed message: host not found: Name or service not known", "network"),
+    ("Reason: the raylet died; the node's placement group was removed", "cluster"),
+    ("giving up", "other"),                      # the detail names no kind: the error line's own catch-all stays
+])
+def test_the_detail_a_tool_prints_under_its_error_line_names_the_kind(detail, category):
+    top = explain_text("INFO Using TCPStore for c10d::Store implementation\n"
+                       "[ERROR] 2020-01-17 00:55:01,724 coordinator_p2p: Rank: -1\n" + detail + "\n",
+                       matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-error-line", category)
+    assert (detail in [ln.text for ln in top.lines]) == (category != "other")   # shown when it named the kind
+
+
+def test_an_error_line_whose_own_words_name_the_kind_keeps_it_over_its_detail():
+    top = explain_text("[ERROR] RUNTIME(3241,python):2026-11-30-10:01:02.123.456 [mem.cc:88] out of device memory\n"
+                       "the connection to the peer was closed\n", matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-error-line", "memory")
 
 
 @pytest.mark.parametrize("after", ["...ignoring", "PLAY RECAP ****\nnode1 : ok=3 changed=1 unreachable=0 failed=0 "
