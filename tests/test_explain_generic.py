@@ -1578,6 +1578,11 @@ def test_shared_memory_full_is_memory_not_a_full_disk(tmp_path):
     ("[node1:12508] [[25215,0],1] ORTE_ERROR_LOG: Data unpack would read past end of buffer in file x.c at line 1",
      "other"),
     ("CRITICAL:sglang:the installed flashinfer version 0.1 is not compatible", "versions"),
+    # MindIE's own format (it prints it: "[yyyy-mm-dd hh:mm:ss.uuuuuu] [processid] [threadid] [llm] [loglevel] [file:line]")
+    ("[2026-05-14 18:06:16.762] [34] [281473586159104] [llm] [ERROR] [llm_manager_impl.cpp:846] Config manager init "
+     "exception: NotImplementedError: unsupported model type: qwen3_vl_moe", "other"),
+    ("[2026-05-14 18:06:16.762] [34] [281473586159104] [llm] [ERROR] [grpc_client.cpp:120] connect to 10.0.0.2:1025 "
+     "failed: Connection refused", "network"),
 ])
 def test_a_tools_closing_error_line_is_how_the_run_ended(text, category):
     top = explain_text("step:0 - starting\n" + text + "\n\nbye\n", matcher=layer_alone())[0]
@@ -1652,6 +1657,7 @@ def test_a_real_loggers_critical_line_ends_the_run(tmp_path):
     # a warning, a consequence, a line of a logged traceback
     "[ERROR] WARNING: the cache is cold",
     "[ERROR] HCCL Some NCCL operations have failed or timed out",
+    "[2026-05-14 18:06:16.735] [34] [281473375264256] [llm] [WARN] [param_checker.cpp:98]  Check Other group permission failed",
     '[ERROR] TBE   File "/usr/local/Ascend/te/compile.py", line 12, in compile',
 ])
 def test_what_is_not_a_closing_error_line(tail):
