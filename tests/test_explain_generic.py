@@ -1321,6 +1321,22 @@ def test_hccl_result_codes_are_a_family(code, category):
     assert layer_verdict(text) == ("generic-hccl-error", category)
 
 
+@pytest.mark.parametrize("line,category", [
+    # HCCL's own log: CHK_RET passes the HcclResult up unchanged and traces it (pub_inc/log.h "call trace: hcclRet -> %d")
+    ("[ERROR] HCCL(705,python):2026-02-11-06:09:23.236.373 [config.cc:61] [737][CfgGetClusterInfo]call trace: hcclRet -> 1",
+     "config"),
+    ("[ERROR] HCCL(705,python):2026-02-11-06:09:23.236.373 [op_base.cc:61] [737][InitComm]call trace: hcclRet -> 9", "network"),
+    # a rank table HCCL could not read (topoinfo_ranktable*.cc): the file's content or the device IPs it lists
+    ("[ERROR] HCCL(705,python):2026-02-11-06:09:23.236.320 [topoinfo_ranktableConcise.cc:446] [737][Get][SingleDeviceIp]"
+     "'device_ip' is not set correctly,must be set when multi Server or HCCL_INTRA_ROCE_ENABLE enabled", "config"),
+    # any other line of its own log: the links between the ranks
+    ("[ERROR] HCCL(14830,python3.1):2026-02-09-11:31:31.825.623 [hccl_socket_manager.cc:816][14263][Wait][LinkEstablish]"
+     "wait socket establish timeout, role[1] rank[1] timeout[120 s]", "network"),
+])
+def test_hccls_own_error_lines_are_read_by_their_result_or_their_words(line, category):
+    assert layer_verdict(line + "\n") == ("generic-hccl-error", category)
+
+
 @pytest.mark.parametrize("line,cid,category", [
     # the HCCLCHECK / ACLCHECK macros of hccl_test and CANN's samples: printf("hccl interface return err %s:%d,
     # retcode: %d \n", ...); the run then prints its own "This is an error in init_hcclComm."
