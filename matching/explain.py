@@ -73,12 +73,22 @@ _RAY_PREFIX = re.compile(
 # What a log collector puts before each line, stripped like Ray's prefix (before or after it):
 # `docker compose logs` "name  | " (padded to the longest service name; --timestamps adds an RFC 3339 time after it:
 # not a log level, and no table row - its cells hold more " | "); `kubectl logs --prefix` "[pod/NAME/CONTAINER] " and
-# --timestamps "2024-07-27T12:34:56.123Z "; GitHub Actions' downloaded logs, the same RFC 3339 time; syslog/journald
+# --timestamps "2024-07-27T12:34:56.123Z " (a node's own container log files, /var/log/pods/..., in the CRI format:
+# "<RFC 3339 time> stdout|stderr F|P "); GitHub Actions' downloaded logs, the same RFC 3339 time; syslog/journald
 # "Dec  1 12:00:00 host unit[pid]: " (the pid makes it one), and Jenkins' timestamper, the bare "Nov 20 16:03:25 ".
 _CAPTURE = re.compile(
     r"^(?:(?!(?i:info|warn|warning|error|debug|critical|fatal|trace|notice)\b)[A-Za-z][\w.-]{0,63} +\| (?!.*\s\|\s)|"
-    r"\[pod/[^\]\s]+\] |\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) |"
+    r"\[pod/[^\]\s]+\] |\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) (?:std(?:out|err) [FP] )?|"
     r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d (?:[\w.-]+ [\w.@/-]+\[\d+\]: )?)")
+# What a multi-node launcher puts before each line of a node's or a task's output, stripped like Ray's prefix; a
+# host names the node. pdsh (DeepSpeed's multi-node runner) labels each line "host: ": an IPv4 address or a
+# lower-case name with a digit, so not a CANN error code ("EL0004: "), an exception's type, a library or a
+# compiler reporting under its own name. Slurm's `srun --label` "N: " (the task, padded to the widest id); Open
+# MPI's `mpirun --tag-output` "[jobid,rank]<stdout>:".
+_LAUNCHER = re.compile(
+    r"^(?:\[\d+,(?P<mpi>\d+)\]<std(?:out|err|diag)>: ?| *(?P<task>\d{1,5}): |"
+    r"(?P<host>(?:\d{1,3}\.){3}\d{1,3}|(?!(?:python|pip|lib|gcc|g\+\+|clang|cc1|collect2|x86_64|aarch64|i686|nvcc)\w*)"
+    r"(?=[\w.-]*[a-z])[A-Za-z][\w-]*\d[\w.-]*(?<!Error)(?<!Exception)(?<!Warning)(?<!\.so)): )")
 # A rank's own prefix: torchrun's tee'd output (torch/distributed/elastic/multiprocessing/api.py: "[default0]:",
 # role and local rank; "[rank0]:" from 2.3's log_line_prefix_template default). It names the process, so that
 # the tracebacks of interleaved ranks stay apart.
@@ -276,7 +286,7 @@ def clean_line(raw: bytes) -> Line:
     elif "[0m" in text:
         text = _BARE_SGR.sub("", text)
     node = process = None
-    while text and (text[0].isalnum() or text[0] in "(["):  # nested prefixes: the innermost Ray process, the first ip
+    while text and (text[0].isalnum() or text[0] in "([ "):  # nested prefixes: the innermost Ray process, the first ip
         first = text[0]
         if first == "(" and (m := _RAY_PREFIX.match(text)):
             name, pid = m.group("name"), m.group("pid") or m.group("pid2") or m.group("pid3")
@@ -284,7 +294,11 @@ def clean_line(raw: bytes) -> Line:
             node = node or m.group("ip")
         elif first == "[" and (m := _RANK.match(text)):
             process = process or f"rank {m.group(1)}"  # the rank, unless a Ray prefix named the process
-        elif first == "(" or not _may_capture(text) or not (m := _CAPTURE.match(text)):
+        elif (first == "[" or ": " in text[:72]) and (m := _LAUNCHER.match(text)):
+            node = node or m.group("host")
+            process = process or (f"rank {m.group('mpi')}" if m.group("mpi") else
+                                  f"task {m.group('task')}" if m.group("task") else None)
+        elif first in "( " or not _may_capture(text) or not (m := _CAPTURE.match(text)):
             break
         text = text[m.end():]
     if text.endswith("across cluster]"):  # string ops, not a regex: linear on any line

@@ -147,7 +147,11 @@ CAPTURES = {"docker compose logs": "verl-trainer-1  | ",
             "kubectl logs --prefix": "[pod/verl-head-7f9c/ray-head] ",
             "kubectl logs --timestamps": "2025-03-04T05:06:07.123456789Z ",
             "journald": "Mar  4 05:06:07 node-1 python3[4242]: ",
-            "Jenkins timestamper": "Mar  4 05:06:07 "}
+            "Jenkins timestamper": "Mar  4 05:06:07 ",
+            "a node's CRI container log": "2025-03-04T05:06:07.123456789Z stderr F ",
+            # multi-node launchers: pdsh (DeepSpeed's runner) by host name and by address, srun --label, mpirun --tag-output
+            "pdsh": "worker-1: ", "pdsh by address": "10.0.0.12: ", "srun --label": " 3: ",
+            "mpirun --tag-output": "[1,3]<stderr>:"}
 
 
 @pytest.mark.parametrize("capture", sorted(CAPTURES))
@@ -174,6 +178,26 @@ def test_what_only_looks_like_a_collectors_prefix_stays():
     assert clean_line_text(b"model | GPT2LMHeadModel | 124 M") == "model | GPT2LMHeadModel | 124 M"
     top = explain_text("Nov 20 16:03:25 CUDA error: an illegal memory access was encountered\n")[0]
     assert top.rule == "cuda-illegal-memory-access" and top.lines[0].text.startswith("CUDA error")
+
+
+@pytest.mark.parametrize("line", [
+    "EL0004: Failed to allocate memory.", "EI0004: The ranktable is invalid", "python3.10: can't open file 'train.py'",
+    "libcuda.so.1: cannot open shared object file: No such file or directory",
+    "x86_64-linux-gnu-gcc: error: command 'gcc' failed", "collect2: error: ld returned 1 exit status",
+    "torch._C._distributed_c10d.DistBackendError: NCCL error", "node1:2330:2658 [2] NCCL INFO Bootstrap : Using eth0",
+    "nvidia-smi: command not found", "Step 12: loss 0.31",
+])
+def test_what_only_looks_like_a_launchers_prefix_stays(line):
+    assert clean_line_text(line.encode()) == line
+
+
+@pytest.mark.parametrize("prefix,node,process", [
+    ("worker-1: ", "worker-1", None), ("10.0.0.12: ", "10.0.0.12", None), (" 3: ", None, "task 3"),
+    ("[1,3]<stderr>:", None, "rank 3"), ("gpu-node-2: (WorkerDict pid=42, ip=10.0.0.2) ", "gpu-node-2", "WorkerDict pid=42"),
+])
+def test_a_launchers_prefix_names_the_node_or_the_task(prefix, node, process):
+    line = ex.clean_line((prefix + "ValueError: x").encode())
+    assert (line.text, line.node, line.process) == ("ValueError: x", node, process)
 
 
 def clean_line_text(raw: bytes) -> str:
