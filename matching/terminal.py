@@ -67,11 +67,18 @@ _PREFIX = (r"^(?: {0,6}\d{1,6}(?: {1,3}|\t))?(?:\[(?:rank|default)\d+\]:\s*){0,2
 # A bare `raise Exception(...)` prints the type alone ("Exception: Version mismatch: ..."); a type of a module
 # named for its errors may end otherwise (omegaconf.errors.MissingMandatoryValue, aiohttp.web_exceptions.HTTPNotFound,
 # torch._dynamo.exc.Unsupported), and pyarrow's all begin with Arrow (pyarrow/error.pxi: ArrowInvalid, ArrowCapacityError).
+# The exceptions Python's own library (and grpc, under Ray and vLLM) names otherwise: concurrent.futures' broken
+# pool (its worker killed: often the OOM killer), subprocess's timeout, http.client's dropped connection, zipfile's
+# and queue's, socket.timeout (before 3.10), asyncio's TaskGroup (ExceptionGroup), grpc's failed call. Unqualified
+# where the name says "exception" itself, qualified by module where it is a common word.
+_ODD_TYPES = (r"Broken(?:Process|Thread)Pool|BrokenExecutor|TimeoutExpired|RemoteDisconnected|IncompleteRead|"
+              r"BadStatusLine|BadZipFile|StopAsyncIteration|(?:Base)?ExceptionGroup|_MultiThreadedRendezvous|"
+              r"socket\.timeout|_?queue\.(?:Empty|Full)")
 _ERRORS_MODULE = r"(?:[A-Za-z_]\w*\.){0,5}(?:[A-Za-z_]*(?:exceptions?|errors?|exc)\.[A-Z]\w*|Arrow[A-Z]\w*)"
 EXC_LINE = re2.compile(
     _PREFIX + _LEVEL +
     r"(?P<type>(?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|Exception|"
-    r"StopIteration|gaierror|herror)|" + _ERRORS_MODULE + r")(?:\((?P<inner>[\w.]*)\))?(?::\s?(?P<msg>.*))?$")
+    r"StopIteration|gaierror|herror|" + _ODD_TYPES + ")|" + _ERRORS_MODULE + r")(?:\((?P<inner>[\w.]*)\))?(?::\s?(?P<msg>.*))?$")
 # Prefilter forms: which lines are worth a look (exception lines; the rest come from the classes).
 # matching/explain.py's fallback lines flag "SomeError: message"; these add the exceptions Python
 # prints without a message (a bare `assert`), other endings, private types, Ray's wrapped ones.
@@ -79,6 +86,7 @@ EXCEPTION_PATTERNS = (r"^\s*(?:[\w.]+\.)?(?:AssertionError|KeyboardInterrupt|Mem
                       r"NotImplementedError|RecursionError|SystemExit)\s*$",
                       r"\b[A-Z]\w*(?:Exit|Interrupt|Failure|Timeout)(?:\([\w.]*\))?: |\._[A-Z]\w*Error: |"
                       r"\b[A-Z]\w*(?:Error|Exception)\([\w.]*\): |\bsocket\.(?:gaierror|herror): ",
+                      r"(?:^|[\s.:\]])(?:" + _ODD_TYPES + r")(?::\s|\s*$)",
                       r"(?:^|[\s:\]])Exception: |\b[a-z_]*(?:exceptions?|errors?|exc)\.[A-Z]\w*: |\bArrow[A-Z]\w*: ")
 # Python's header, and Ray's: RayTaskError.__str__ (ray/exceptions.py) prints the remote traceback with
 # its "Traceback ..." line replaced by "ray::<proctitle>() (pid=N, ip=...)", often on the wrapper's line
@@ -120,7 +128,7 @@ STACK_DUMP = re2.compile(r"^Stack \(most recent call last\):|User code traceback
 # ... except NCCL's trace of an error result (src/include/checks.h: INFO "file:line [(function)] -> N"), which is
 # printed at INFO level but only when a call failed (N: an ncclResult_t error, 1-6)
 # The exception type of a raw line, found cheaply (no decoding, no prefix stripping)
-KEY_RX = re2.compile(rb"(?:^|[\s)\]:\"])((?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|Exception|StopIteration|gaierror|herror)|"
+KEY_RX = re2.compile(rb"(?:^|[\s)\]:\"])((?:[A-Za-z_]\w*\.){0,6}(?:_?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)|Exception|StopIteration|gaierror|herror|" + _ODD_TYPES.encode() + rb")|"
                      rb"(?:[A-Za-z_]\w*\.){0,5}(?:[A-Za-z_]*(?:exceptions?|errors?|exc)\.[A-Z]\w*|Arrow[A-Z]\w*))"
                      rb"(?:\([\w.]*\))?(?::|\s*$)")
 MSG_PATH = re2.compile(r"""['"(](?P<path>(?:/|\.\.?/)[^'")\s]+)""")

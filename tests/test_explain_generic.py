@@ -771,6 +771,42 @@ def test_a_wrapper_naming_a_data_library_error_is_data(tmp_path):
     assert (top.rule, top.category) == ("generic-data-schema", "data")
 
 
+@pytest.mark.parametrize("code,printed,cid,category", [
+    # concurrent.futures' pool after a worker was killed from outside (SIGKILL, as the OOM killer does)
+    ("import os, signal\nfrom concurrent.futures import ProcessPoolExecutor\n"
+     "def die(_):\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+     "if __name__ == '__main__':\n    with ProcessPoolExecutor(2) as ex:\n        list(ex.map(die, range(2)))\n",
+     "concurrent.futures.process.BrokenProcessPool: A process in the process pool was terminated abruptly",
+     "generic-killed-by-signal", "memory"),
+    # http.client when the server closes the connection without answering
+    ("import http.client, socket, threading\ns = socket.socket()\ns.bind(('127.0.0.1', 0))\ns.listen()\n"
+     "def serve():\n    conn = s.accept()[0]\n    conn.recv(65536)\n    conn.close()\n"   # reads the request: a FIN, no reset
+     "threading.Thread(target=serve, daemon=True).start()\n"
+     "c = http.client.HTTPConnection(*s.getsockname())\nc.request('GET', '/')\nc.getresponse()\n",
+     "http.client.RemoteDisconnected: Remote end closed connection without response", "generic-connection", "network"),
+    # the names that are not "...Error": subprocess's timeout, queue's, zipfile's
+    ("import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'import time; time.sleep(5)'], timeout=0.2)\n",
+     "subprocess.TimeoutExpired: Command", "generic-python-exception", "other"),
+    ("import queue\nqueue.Queue().get(timeout=0.05)\n", "_queue.Empty", "generic-python-exception", "other"),
+    ("import io, zipfile\nzipfile.ZipFile(io.BytesIO(b'not a zip'))\n", "zipfile.BadZipFile: File is not a zip file",
+     "generic-python-exception", "other"),
+])
+def test_exceptions_python_names_otherwise_end_the_run_they_end(tmp_path, code, printed, cid, category):
+    # before: "the log ends inside a traceback: the exception that ended the run is not in it", or no finding
+    out = python_output(code, tmp_path)
+    assert printed in out, out[-1500:]
+    top = explain_text(out, matcher=layer_alone())[0]
+    assert (top.rule, top.category) == (cid, category)
+    assert printed in top.lines[-1].text or any(printed in ln.text for ln in top.lines)
+
+
+def test_sockets_old_timeout_is_a_connection_failure():
+    # socket.timeout was its own class before Python 3.10 ("socket.timeout: timed out"); 3.10 made it TimeoutError
+    text = ("Traceback (most recent call last):\n  File \"/usr/lib/python3.8/socket.py\", line 669, in readinto\n"
+            "    return self._sock.recv_into(b)\nsocket.timeout: timed out\n")
+    assert layer_verdict(text) == ("generic-connection", "network")
+
+
 def test_a_port_already_taken_is_network(tmp_path):
     out = python_output("import socket\na = socket.socket()\na.bind(('127.0.0.1', 0))\na.listen()\n"
                         "b = socket.socket()\nb.bind(a.getsockname())\n", tmp_path)
