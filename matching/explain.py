@@ -80,15 +80,20 @@ _CAPTURE = re.compile(
     r"^(?:(?!(?i:info|warn|warning|error|debug|critical|fatal|trace|notice)\b)[A-Za-z][\w.-]{0,63} +\| (?!.*\s\|\s)|"
     r"\[pod/[^\]\s]+\] |\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) (?:std(?:out|err) [FP] )?|"
     r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d (?:[\w.-]+ [\w.@/-]+\[\d+\]: )?)")
-# What a multi-node launcher puts before each line of a node's or a task's output, stripped like Ray's prefix; a
-# host names the node. pdsh (DeepSpeed's multi-node runner) labels each line "host: ": an IPv4 address or a
-# lower-case name with a digit, so not a CANN error code ("EL0004: "), an exception's type, a library or a
-# compiler reporting under its own name. Slurm's `srun --label` "N: " (the task, padded to the widest id); Open
-# MPI's `mpirun --tag-output` "[jobid,rank]<stdout>:".
+# What a multi-node launcher puts before each line of a node's or a task's output, stripped like Ray's prefix.
+# pdsh (DeepSpeed's multi-node runner) labels each line "host: ": an IPv4 address, or a lower-case host name
+# with a digit, either hyphenated ("worker-1", "ip-10-0-0-1", "gpu-node-3.cluster") or letters then digits
+# ("node01"); not a word that reports under its own name like one: a compiler, an interpreter, a network
+# device ("eth0: link is down", "mlx5_0"), a setting ("fp16: True", "step100"), a CANN error code ("EL0004: ",
+# upper case), an exception's type ("cv2.error"). The host names the node, and the process too (so that two
+# hosts' interleaved tracebacks stay apart). Slurm's `srun --label` "N: " (the task, padded to the widest id);
+# Open MPI's `mpirun --tag-output` "[jobid,rank]<stdout>:".
+_NOT_HOSTS = (r"(?:gcc|g\+\+|clang|nvcc|ld|python|pip|collect|cv|eth|ens|enp|eno|bond|ib|mlx|nvme|sha|md|cuda|"
+              r"step|epoch|layer|block|rank|lib)(?=[\d.\-_])")
 _LAUNCHER = re.compile(
     r"^(?:\[\d+,(?P<mpi>\d+)\]<std(?:out|err|diag)>: ?| *(?P<task>\d{1,5}): |"
-    r"(?P<host>(?:\d{1,3}\.){3}\d{1,3}|(?!(?:python|pip|lib|gcc|g\+\+|clang|cc1|collect2|x86_64|aarch64|i686|nvcc)\w*)"
-    r"(?=[\w.-]*[a-z])[A-Za-z][\w-]*\d[\w.-]*(?<!Error)(?<!Exception)(?<!Warning)(?<!\.so)): )")
+    r"(?P<host>(?:\d{1,3}\.){3}\d{1,3}|(?!" + _NOT_HOSTS + r")(?:(?=[a-z0-9-]*\d)[a-z][a-z0-9]*(?:-[a-z0-9]+)+|"
+    r"[a-z]{3,}\d+)(?:\.[a-z][a-z0-9-]*)*): )")
 # A rank's own prefix: torchrun's tee'd output (torch/distributed/elastic/multiprocessing/api.py: "[default0]:",
 # role and local rank; "[rank0]:" from 2.3's log_line_prefix_template default). It names the process, so that
 # the tracebacks of interleaved ranks stay apart.
@@ -295,9 +300,9 @@ def clean_line(raw: bytes) -> Line:
         elif first == "[" and (m := _RANK.match(text)):
             process = process or f"rank {m.group(1)}"  # the rank, unless a Ray prefix named the process
         elif (first == "[" or ": " in text[:72]) and (m := _LAUNCHER.match(text)):
-            node = node or m.group("host")
-            process = process or (f"rank {m.group('mpi')}" if m.group("mpi") else
-                                  f"task {m.group('task')}" if m.group("task") else None)
+            host, rank, task = m.group("host"), m.group("mpi"), m.group("task")
+            node = node or host
+            process = process or (f"rank {rank}" if rank else f"task {task}" if task else f"host {host}")
         elif first in "( " or not _may_capture(text) or not (m := _CAPTURE.match(text)):
             break
         text = text[m.end():]

@@ -40,6 +40,7 @@ LAST_EVENTS = 16           # and the last ones
 TAIL_PER_BLOCK = 32        # after the first ones, a block's last candidates only
 KEY_CACHE = 4096           # distinct flagged lines whose key is remembered
 FRAMES_SHOWN = 1           # innermost frames shown as evidence
+DETAIL_LINES = 2           # lines right under a tool's closing error line read as its detail
 PHASE_FRAMES = 6           # innermost frames of a cut traceback read for the phase it stopped in
 TAIL_BYTES = 16 << 10      # each file's last bytes: the frames of a traceback the log ends inside
 MAX_FINDINGS = 3
@@ -67,13 +68,15 @@ _PREFIX = (r"^(?: {0,6}\d{1,6}(?: {1,3}|\t))?(?:\[(?:rank|default)\d+\]:\s*){0,2
 # A bare `raise Exception(...)` prints the type alone ("Exception: Version mismatch: ..."); a type of a module
 # named for its errors may end otherwise (omegaconf.errors.MissingMandatoryValue, aiohttp.web_exceptions.HTTPNotFound,
 # torch._dynamo.exc.Unsupported), and pyarrow's all begin with Arrow (pyarrow/error.pxi: ArrowInvalid, ArrowCapacityError).
-# The exceptions Python's own library (and grpc, under Ray and vLLM) names otherwise: concurrent.futures' broken
-# pool (its worker killed: often the OOM killer), subprocess's timeout, http.client's dropped connection, zipfile's
-# and queue's, socket.timeout (before 3.10), asyncio's TaskGroup (ExceptionGroup), grpc's failed call. Unqualified
-# where the name says "exception" itself, qualified by module where it is a common word.
+# The exceptions Python's own library (and grpc, under Ray and vLLM) names otherwise than "...Error": the builtin
+# ExceptionGroup and StopAsyncIteration, concurrent.futures' broken pool, subprocess's timeout, http.client's
+# dropped connection, zipfile's and queue's, socket.timeout (before 3.10), grpc's failed call. Unqualified where
+# the CamelCase name is distinctive; qualified by its module where it is a common word (timeout, Empty, Full), and
+# then only with the message Python gives it (ODD_WORDS), so that a setting "socket.timeout: 60" stays a setting.
 _ODD_TYPES = (r"Broken(?:Process|Thread)Pool|BrokenExecutor|TimeoutExpired|RemoteDisconnected|IncompleteRead|"
               r"BadStatusLine|BadZipFile|StopAsyncIteration|(?:Base)?ExceptionGroup|_MultiThreadedRendezvous|"
               r"socket\.timeout|_?queue\.(?:Empty|Full)")
+ODD_WORDS = {"timeout": ("", "timed out"), "Empty": ("",), "Full": ("",)}
 _ERRORS_MODULE = r"(?:[A-Za-z_]\w*\.){0,5}(?:[A-Za-z_]*(?:exceptions?|errors?|exc)\.[A-Z]\w*|Arrow[A-Z]\w*)"
 EXC_LINE = re2.compile(
     _PREFIX + _LEVEL +
@@ -107,8 +110,9 @@ IGNORED = re2.compile(r"^Exception ignored (?:in|on|while)\b")
 FRAME = re2.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)|'
                     r'^(?P<tpath>[^\s:"]+\.py):\d+: ?(?:in (?P<tfunc>\S+)|[A-Z]\w*)?$|'
                     r'^(?:File )?(?P<ipath>[~/][^\s:,]*\.py)(?::\d+,)? in (?P<ifunc><?\w+>?)\(')
-# A frame line wrapped where a narrow terminal or an issue's paste broke it: `File` and its quoted path,
-# then `line N, in f` on lines of their own (the wrap falls at the spaces CPython prints, traceback.py).
+# A frame line a hard-wrapped paste broke at the spaces CPython prints (traceback.py): `File` and its quoted
+# path, then `line N, in f`, on lines of their own. Read where a traceback's frames are gathered above its
+# exception line (_traceback_above); a log that ends inside such frames is still read by FRAME alone.
 WRAPPED_AT = re2.compile(r"^\s*line \d+, in (?P<func>\S+)\s*$")
 WRAPPED_PATH = re2.compile(r'^\s*(?P<file>File\s+)?"(?P<path>[^"]+\.py)",\s*$')
 WRAPPED_FILE = re2.compile(r"(?:^|\s)File\s*$")
@@ -566,7 +570,7 @@ def _frame(text: str) -> tuple[str, str] | None:
 
 
 def _wrapped_frame(lines: list, i: int, process) -> tuple[tuple, int] | None:
-    """A frame line that a narrow terminal or a paste wrapped, read from its last piece lines[i]
+    """A frame line that a hard-wrapped paste broke, read from its last piece lines[i]
     (`line N, in f`) back over its path's piece (`"path",`, after `File` or below it): ((line,
     path, function), index of its first piece), or None."""
     at = WRAPPED_AT.match(lines[i].text)
@@ -579,6 +583,12 @@ def _wrapped_frame(lines: list, i: int, process) -> tuple[tuple, int] | None:
     if not where.group("file") and i >= 2 and WRAPPED_FILE.search(lines[i - 2].text):
         first = i - 2
     return (lines[i - 1], where.group("path"), at.group("func")), first
+
+
+def _odd_word(m) -> bool:
+    """An exception line's match whose type is a common word (ODD_WORDS) with another message: a setting."""
+    words = ODD_WORDS.get(m.group("type").rsplit(".", 1)[-1])
+    return words is not None and (m.group("msg") or "").strip() not in words
 
 
 def _traceback_above(lines: list, end: int, process) -> tuple[list, int]:
@@ -626,7 +636,7 @@ def parse(raw: Raw, clean, g: Generic) -> Event | None:
             return None                              # warnings are not failures
     ev = Event(me)
     end, m = len(lines) - 1, EXC_LINE.search(me.text)
-    if not m:
+    if not m or _odd_word(m):
         return ev
     last_lvl, first_header = m.group("lvl"), None
     for _ in range(4):  # this exception, then up to 3 earlier ones of its chain
@@ -994,17 +1004,23 @@ def _closing_error_line(fam: GClass, g: Generic, col: Collector, name: str | Non
         if fam.cleared_by and any(_rx(fam.cleared_by).search(a.text) for a in lines if a.n > ln.n):
             return None
         member, code = _code_member(fam, m)
-        detail = _detail_member(fam, [a for a in counted if a.n > ln.n]) if member is fam.members[-1] else None
+        detail = _detail_member(fam, g, ln, counted) if member is fam.members[-1] else None
         if detail:
             return Verdict(fam, Event(ln), None, detail[0], _words(code, TITLE_WORDS), tail=[detail[1]])
         return Verdict(fam, Event(ln), None, member, _words(code, TITLE_WORDS)) if member else None
     return None
 
 
-def _detail_member(fam: GClass, after: list) -> tuple[Member, object] | None:
-    """The first of the lines a tool printed after its error line (its detail: "Detailed message: ...",
-    a reason) whose words name a kind of failure the error line's own words do not: (member, line)."""
+def _detail_member(fam: GClass, g: Generic, err, lines: list) -> tuple[Member, object] | None:
+    """The detail a tool printed right under its error line ("Detailed message: ...", a reason): the
+    next DETAIL_LINES lines of the same process, not a warning, a frame or a consequence; the first
+    whose words name a kind of failure the error line's own words do not: (member, line)."""
+    after = [a for a in lines if a.n > err.n][:DETAIL_LINES]
     for ln in after:
+        if ln.process != err.process:
+            break
+        if WARNING_LINE.search(ln.text) or FRAME.search(ln.text) or _consequence(g, ln.text):
+            continue
         mb = next((mb for mb in fam.members[:-1] if _rx(mb.match).search(ln.text)), None)
         if mb:
             return mb, ln

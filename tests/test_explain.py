@@ -12,6 +12,7 @@ import time
 import pytest
 
 import matching.explain as ex
+from matching import terminal
 from matching.catalog import CatalogError, catalog, load_rules
 from matching.explain import Matcher, clean_line, explain_paths, explain_report, explain_text
 
@@ -185,19 +186,35 @@ def test_what_only_looks_like_a_collectors_prefix_stays():
     "libcuda.so.1: cannot open shared object file: No such file or directory",
     "x86_64-linux-gnu-gcc: error: command 'gcc' failed", "collect2: error: ld returned 1 exit status",
     "torch._C._distributed_c10d.DistBackendError: NCCL error", "node1:2330:2658 [2] NCCL INFO Bootstrap : Using eth0",
-    "nvidia-smi: command not found", "Step 12: loss 0.31",
+    "cv2.error: OpenCV(4.8.0) error", "eth0: link is down", "mlx5_0: port 1 down", "nvme0n1: I/O error",
+    "fp16: True", "step100: loss 0.31", "sha256: 9f86d081", "gcc-9: error: unrecognized option", "Qwen2-7B: loaded",
+    "cuda12.1: CUDA error", "rank0: done",
 ])
 def test_what_only_looks_like_a_launchers_prefix_stays(line):
     assert clean_line_text(line.encode()) == line
 
 
 @pytest.mark.parametrize("prefix,node,process", [
-    ("worker-1: ", "worker-1", None), ("10.0.0.12: ", "10.0.0.12", None), (" 3: ", None, "task 3"),
+    ("worker-1: ", "worker-1", "host worker-1"), ("10.0.0.12: ", "10.0.0.12", "host 10.0.0.12"),
+    ("node01: ", "node01", "host node01"), ("pipeline-node-1.cluster.local: ", "pipeline-node-1.cluster.local",
+                                              "host pipeline-node-1.cluster.local"), (" 3: ", None, "task 3"),
     ("[1,3]<stderr>:", None, "rank 3"), ("gpu-node-2: (WorkerDict pid=42, ip=10.0.0.2) ", "gpu-node-2", "WorkerDict pid=42"),
 ])
 def test_a_launchers_prefix_names_the_node_or_the_task(prefix, node, process):
     line = ex.clean_line((prefix + "ValueError: x").encode())
     assert (line.text, line.node, line.process) == ("ValueError: x", node, process)
+
+
+def test_two_hosts_interleaved_tracebacks_stay_apart():
+    # pdsh writes each host's lines as they come: the layer reads each host's traceback for itself
+    a = ["Traceback (most recent call last):", '  File "/srv/recipe/dataset/rl_dataset.py", line 3, in build',
+         "    return len(row['images'])", "TypeError: object of type 'NoneType' has no len()"]
+    b = ["Traceback (most recent call last):", '  File "/usr/lib/python3.10/socket.py", line 9, in connect',
+         "    sock.connect(sa)", "ConnectionRefusedError: [Errno 111] Connection refused"]
+    text = "".join(f"worker-1: {x}\nworker-2: {y}\n" for x, y in zip(a, b))
+    found = {(f.rule, f.category): f for f in explain_text(text, matcher=Matcher([], terminal.generic()))}
+    assert ("generic-data-schema", "data") in found, list(found)   # worker-1's frame, not worker-2's socket.py
+    assert all(ln.node == "worker-1" for ln in found[("generic-data-schema", "data")].lines)
 
 
 def clean_line_text(raw: bytes) -> str:

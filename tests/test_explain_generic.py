@@ -741,9 +741,9 @@ def test_transformers_not_knowing_the_model_is_versions(tmp_path, code):
     assert layer_verdict(out) == ("generic-version-mismatch", "versions")
 
 
-def test_a_traceback_a_narrow_terminal_wrapped_keeps_its_frames(tmp_path):
-    # a real TypeError raised in a dataset module, its frame lines wrapped at their spaces the way a narrow
-    # terminal or an issue's hard-wrapped paste breaks them: `File`, `"path",`, `line N, in f` each alone
+def test_a_traceback_a_hard_wrapped_paste_broke_keeps_its_frames(tmp_path):
+    # a real TypeError raised in a dataset module, its frame lines wrapped at their spaces the way a hard-wrapped
+    # paste (an issue's, a mail's) breaks them: `File`, `"path",`, `line N, in f` each alone
     (tmp_path / "recipe" / "dataset").mkdir(parents=True)
     (tmp_path / "recipe" / "dataset" / "rl_dataset.py").write_text(
         "def build_messages(row):\n    images = row.pop('images', None)\n    return len(images)\n")
@@ -797,7 +797,12 @@ def test_exceptions_python_names_otherwise_end_the_run_they_end(tmp_path, code, 
     assert printed in out, out[-1500:]
     top = explain_text(out, matcher=layer_alone())[0]
     assert (top.rule, top.category) == (cid, category)
-    assert printed in top.lines[-1].text or any(printed in ln.text for ln in top.lines)
+    assert any(printed in ln.text for ln in top.lines)
+
+
+@pytest.mark.parametrize("line", ["  socket.timeout: 60", "queue.Empty: skip", "queue.Full: 128"])
+def test_a_setting_named_like_pythons_odd_exceptions_is_no_failure(line):
+    assert explain_text("config:\n" + line + "\nstep:1 - loss: 0.3\ntraining done\n") == []
 
 
 def test_sockets_old_timeout_is_a_connection_failure():
@@ -1365,6 +1370,9 @@ def test_hccl_result_codes_are_a_family(code, category):
     # a rank table HCCL could not read (topoinfo_ranktable*.cc): the file's content or the device IPs it lists
     ("[ERROR] HCCL(705,python):2026-02-11-06:09:23.236.320 [topoinfo_ranktableConcise.cc:446] [737][Get][SingleDeviceIp]"
      "'device_ip' is not set correctly,must be set when multi Server or HCCL_INTRA_ROCE_ENABLE enabled", "config"),
+    # the links, though a line names the device IPs it waits on
+    ("[ERROR] HCCL(14830,python3.1):2026-02-09-11:31:31.825.623 [hccl_socket_manager.cc:816][14263][Wait][LinkEstablish]"
+     "wait socket establish timeout, role[1] rank[1] device_ip[192.168.1.8] timeout[120 s]", "network"),
     # any other line of its own log: the links between the ranks
     ("[ERROR] HCCL(14830,python3.1):2026-02-09-11:31:31.825.623 [hccl_socket_manager.cc:816][14263][Wait][LinkEstablish]"
      "wait socket establish timeout, role[1] rank[1] timeout[120 s]", "network"),
@@ -1670,9 +1678,21 @@ def test_the_detail_a_tool_prints_under_its_error_line_names_the_kind(detail, ca
 
 
 def test_an_error_line_whose_own_words_name_the_kind_keeps_it_over_its_detail():
+    detail = "Detailed message: host not found: Name or service not known\n"   # network's words, under one naming none
+    assert layer_verdict("[ERROR] RUNTIME(3241,python):2026 [x.cc:8] the task failed\n" + detail)[1] == "network"
     top = explain_text("[ERROR] RUNTIME(3241,python):2026-11-30-10:01:02.123.456 [mem.cc:88] out of device memory\n"
-                       "the connection to the peer was closed\n", matcher=layer_alone())[0]
+                       + detail, matcher=layer_alone())[0]
     assert (top.rule, top.category) == ("generic-error-line", "memory")
+
+
+@pytest.mark.parametrize("later", [
+    "WARNING: the installed version of foo is old",             # a warning is no detail
+    "(raylet) Shutting down the raylet",                         # another process's line
+    "exiting\nshutting down\nhost not found: Name or service not known",   # beyond the lines right under it
+])
+def test_what_is_not_the_detail_under_an_error_line(later):
+    text = "INFO starting\n[ERROR] 2020-01-17 00:55:01,724 coordinator_p2p: Rank -1 failed\n" + later + "\n"
+    assert layer_verdict(text) == ("generic-error-line", "other")
 
 
 @pytest.mark.parametrize("after", ["...ignoring", "PLAY RECAP ****\nnode1 : ok=3 changed=1 unreachable=0 failed=0 "
