@@ -793,7 +793,11 @@ def _code_member(c: GClass, m) -> tuple[Member | None, str]:
     """The code a family's pattern matched (its `code` or `text` group), and the member it falls in."""
     d = m.groupdict()
     code = (d.get("code") or d.get("text") or m.group(0)).strip()
-    return next((mb for mb in c.members if _rx(mb.match).search(code)), None), code
+    return _first_member(c.members, code), code
+
+
+def _first_member(members, text: str) -> Member | None:
+    return next((mb for mb in members if _rx(mb.match).search(text)), None)
 
 
 @dataclass
@@ -1005,9 +1009,9 @@ def _closing_error_line(fam: GClass, g: Generic, col: Collector, name: str | Non
             return None
         member, code = _code_member(fam, m)
         detail = _detail_member(fam, g, ln, counted) if member is fam.members[-1] else None
-        if detail:
-            return Verdict(fam, Event(ln), None, detail[0], _words(code, TITLE_WORDS), tail=[detail[1]])
-        return Verdict(fam, Event(ln), None, member, _words(code, TITLE_WORDS)) if member else None
+        member, tail = detail or (member, None)
+        return Verdict(fam, Event(ln), None, member, _words(code, TITLE_WORDS),
+                       tail=[tail] if tail else []) if member else None
     return None
 
 
@@ -1021,7 +1025,7 @@ def _detail_member(fam: GClass, g: Generic, err, lines: list) -> tuple[Member, o
             break
         if WARNING_LINE.search(ln.text) or FRAME.search(ln.text) or _consequence(g, ln.text):
             continue
-        mb = next((mb for mb in fam.members[:-1] if _rx(mb.match).search(ln.text)), None)
+        mb = _first_member(fam.members[:-1], ln.text)
         if mb:
             return mb, ln
     return None
