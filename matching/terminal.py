@@ -194,6 +194,8 @@ class GClass:
     last: bool = False                    # a family read from the log's last lines alone (no line flagged)
     trailing: str | None = None           # a `last` family: lines its tool prints after it (not counted)
     cleared_by: str | None = None         # a `last` family: a later line that says the failure was survived
+    dump: str | None = None               # a stack dump's thread header: read when the log shows nothing else (a hang)
+    unless: str | None = None             # a dump class: a line that says the dump was a crash's, not a hang's
     pattern: str | None = None            # a family: the code's pattern, with a `code` group
     at_info: tuple[str, ...] = ()         # lines that report a failure though printed at INFO/WARN level
     phases: tuple[Member, ...] = ()       # a cut class: what the innermost frames it stopped in point to
@@ -208,7 +210,7 @@ class GClass:
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("id", "category", "title", "cause", "fix", "confidence",
                                              "words", "raised_in", "not_in", "terminal", "after", "cut", "last", "trailing",
-                                             "cleared_by", "pattern")}
+                                             "cleared_by", "pattern", "dump", "unless")}
         out.update(exceptions=list(self.exceptions), lines=list(self.lines), at_info=list(self.at_info),
                    references=list(self.references), layer="generic",
                    members=[vars(m) for m in self.members], phases=[vars(m) for m in self.phases],
@@ -248,7 +250,7 @@ class Generic:
 
 _CLASS_KEYS = {"id", "category", "title", "cause", "fix", "confidence", "references", "exceptions",
                "lines", "at_info", "words", "raised_in", "not_in", "terminal", "alone", "after", "cut", "also",
-               "phases"}
+               "phases", "dump", "unless"}
 _ALT_KEYS = {"exceptions", "words", "raised_in", "not_in"}
 _FAMILY_KEYS = {"id", "title", "cause", "fix", "confidence", "references", "lines", "at_info", "pattern", "members",
                 "last", "trailing", "cleared_by"}
@@ -281,7 +283,7 @@ def _make_class(t: dict, family: bool) -> GClass:
         raise GenericError(f"{where}: a member has an unknown category")
     if phases and not t.get("cut"):
         raise GenericError(f"{where}: phases belong to a cut class (cut = true)")
-    for key in ("words", "raised_in", "not_in", "pattern", "trailing", "cleared_by"):
+    for key in ("words", "raised_in", "not_in", "pattern", "trailing", "cleared_by", "dump", "unless"):
         if t.get(key) is not None:
             _regex(t[key], where)
     lines = tuple(_regex(p, where) for p in t.get("lines", ()))
@@ -289,8 +291,10 @@ def _make_class(t: dict, family: bool) -> GClass:
     also = tuple(_make_alt(a, where) for a in t.get("also", ()))
     if t.get("last") and (lines or at_info or not family):
         raise GenericError(f"{where}: a `last` family has a pattern and members, no lines (it flags none)")
-    if not (lines or at_info or t.get("exceptions") or t.get("last")):
+    if not (lines or at_info or t.get("exceptions") or t.get("last") or t.get("dump")):
         raise GenericError(f"{where}: give exceptions or lines")
+    if t.get("dump") and (lines or at_info or t.get("exceptions")):
+        raise GenericError(f"{where}: a `dump` class is read from the log's last lines: no lines or exceptions")
     return GClass(id=t["id"], category=t.get("category", "other"), title=t["title"].strip(),
                   cause=t["cause"].strip(), fix=t["fix"].strip(), confidence=float(t["confidence"]),
                   references=tuple(t["references"]), exceptions=tuple(t.get("exceptions", ())),
@@ -298,7 +302,8 @@ def _make_class(t: dict, family: bool) -> GClass:
                   not_in=t.get("not_in"), terminal=bool(t.get("terminal", False)),
                   alone=bool(t.get("alone", False)), after=bool(t.get("after", False)), cut=bool(t.get("cut", False)),
                   last=bool(t.get("last", False)), trailing=t.get("trailing"), cleared_by=t.get("cleared_by"),
-                  pattern=t.get("pattern"), members=members, also=also, phases=phases)
+                  pattern=t.get("pattern"), members=members, also=also, phases=phases,
+                  dump=t.get("dump"), unless=t.get("unless"))
 
 
 def _make_alt(a: dict, where: str) -> Alt:
@@ -921,7 +926,7 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
                 verdicts.append(v)
     if not verdicts:
         verdicts = _consequences_alone(evs, col, explained | weak, g) or (
-            [] if explained or weak else _ends_in_frames(col, g) or _ends_in_error_line(col, g))
+            [] if explained or weak else _ends_in_frames(col, g) or _ends_in_error_line(col, g) or _stack_dump(col, g))
         seen = {v.kind: [v, 1] for v in verdicts}
     verdicts.sort(key=lambda v: (v.cls.terminal or v.cls.after, v.event.key))
     return [(v, seen[v.kind][1]) for v in verdicts][:limit]
@@ -990,6 +995,21 @@ def _ends_in_error_line(col: Collector, g: Generic) -> list[Verdict]:
     fam = next((c for c in g.classes if c.last), None)
     found = [v for v in (_closing_error_line(fam, g, col, name) for name in (col.tails if fam else ())) if v]
     return found[-1:]
+
+
+def _stack_dump(col: Collector, g: Generic) -> list[Verdict]:
+    """A log with nothing else whose last lines hold a dump of a live process's stacks (py-spy,
+    faulthandler): the run was stuck. The first thread's header, and the innermost frames under it."""
+    hang = next((c for c in g.classes if c.dump), None)
+    for name in col.tails if hang else ():
+        lines = [ln for ln in col.tail_lines(name, 0) if ln.text.strip()]
+        if hang.unless and any(_rx(hang.unless).search(ln.text) for ln in lines):
+            continue  # faulthandler's report of a crash: that crash's lines are the failure
+        at = next((i for i, ln in enumerate(lines) if _rx(hang.dump).search(ln.text)), None)
+        if at is not None and col.progress.get(name, 0) < lines[at].n:  # no step logged after it (else it went on)
+            frames = list(takewhile(lambda ln: ln.text[:1].isspace(), lines[at + 1:]))
+            return [Verdict(hang, Event(lines[at]), None, tail=frames[:FRAMES_SHOWN])]
+    return []
 
 
 def _closing_error_line(fam: GClass, g: Generic, col: Collector, name: str | None) -> Verdict | None:
