@@ -128,6 +128,9 @@ WARNING_LINE = re2.compile(r"^\s*(?:\[?\w+\s?\d*\]?\s)?(?:WARNING|WARN|INFO|DEBU
 # The headers of a stack printed on purpose, which a log may end in without failing: logging's stack_info
 # (Lib/logging/__init__.py Formatter.formatStack: "Stack (most recent call last):"), torch dynamo's graph-break
 # report ("User code traceback:"), faulthandler's dump of a thread ("Thread 0x... (most recent call first):").
+# Ray's log deduplicator: a line other workers printed too (ray/_private/ray_logging/__init__.py LogDeduplicator),
+# shown once more with its count; the only copy of a failure when the first is not in the log (a later paste)
+RAY_REPEAT = re2.compile(rb"\[repeated \d+x across cluster\]")
 STACK_DUMP = re2.compile(r"^Stack \(most recent call last\):|User code traceback:|\(most recent call first\):")
 # ... except NCCL's trace of an error result (src/include/checks.h: INFO "file:line [(function)] -> N"), which is
 # printed at INFO level but only when a call failed (N: an ncclResult_t error, 1-6)
@@ -464,21 +467,18 @@ class Collector:
         return before + bytes(buf[:ls])
 
     def _key(self, raw_line: bytes) -> str | None:
-        """The exception type of a line, or the generic line pattern it matches; None: nothing
-        (and for Ray's note that other workers printed the same line: seen already). Logs repeat
+        """The exception type of a line, or the generic line pattern it matches; None: nothing. Logs repeat
         their error lines (each worker, each retry): the answer is cached per line."""
         head = raw_line if len(raw_line) <= 2048 else raw_line[:1024] + b" ... " + raw_line[-1024:]
-        key = None
-        if not raw_line.rstrip().endswith(b"across cluster]"):
-            key = _plain_type(head)
-            m = None if key else KEY_RX.search(head)
-            if key:
-                pass
-            elif m:
-                key = m.group(1).rsplit(b".", 1)[-1].decode("ascii", "replace")
-            else:
-                hit = self.line_set.Match(self.clean(head).text) if self.line_set else []  # past any prefix
-                key = f"line:{min(hit)}" if hit else None
+        key = _plain_type(head)
+        m = None if key else KEY_RX.search(head)
+        if key:
+            pass
+        elif m:
+            key = m.group(1).rsplit(b".", 1)[-1].decode("ascii", "replace")
+        else:
+            hit = self.line_set.Match(self.clean(head).text) if self.line_set else []  # past any prefix
+            key = f"line:{min(hit)}" if hit else None
         if len(self._keys) >= KEY_CACHE:
             self._keys.clear()
         if len(raw_line) <= 2048:
@@ -876,8 +876,15 @@ def is_consequence_line(text: str, g: Generic | None = None) -> bool:
 
 
 def events(col: Collector, g: Generic) -> list[Event]:
-    """Every kept event, parsed; an exception that is an earlier member of a later chain is folded."""
-    evs = [e for e in (parse(r, col.clean, g) for r in col.raws()) if e is not None]
+    """Every kept event, parsed; an exception that is an earlier member of a later chain is folded,
+    and so is Ray's repeat of a line already kept."""
+    evs, texts = [], set()
+    for r in col.raws():
+        e = parse(r, col.clean, g)
+        if e is None or (e.line.text in texts and RAY_REPEAT.search(r.context, r.context.rfind(b"\n") + 1)):
+            continue  # Ray's note that other workers printed a line this log holds: the same failure
+        texts.add(e.line.text)
+        evs.append(e)
     inner = {(e.line.file or "", x.n) for e in evs for x in e.chain[:-1]}
     return [e for e in evs if e.key not in inner]
 
