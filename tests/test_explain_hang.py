@@ -105,6 +105,15 @@ def test_faulthandler_dump_of_a_waiting_process_is_a_stuck_run(tmp_path):
     assert any("most recent call first" in ln.text for ln in top.lines)
 
 
+def test_faulthandler_frames_pasted_without_their_header_are_a_stuck_run(tmp_path):
+    out = run_python("import faulthandler, threading\n"
+                     "faulthandler.dump_traceback_later(1, exit=True)\n"
+                     "threading.Event().wait()\n", tmp_path).stdout
+    frames = "".join(ln for ln in out.splitlines(keepends=True) if ln.startswith("  File "))
+    assert frames and ", in " not in frames   # faulthandler's frames: no comma before "in"
+    assert first(frames).rule == "generic-stuck-process"
+
+
 def test_a_dump_the_run_went_on_after_is_no_stuck_run(barrier_dump):
     steps = "".join(f"step:{i} - actor/pg_loss:0.01 - critic/score/mean:0.5\n" for i in (7, 8))
     assert explain_text(barrier_dump + steps) == []
