@@ -125,12 +125,14 @@ LOGGED = re2.compile(r"\b(?:ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL)\b")
 WARNING_LINE = re2.compile(r"^\s*(?:\[?\w+\s?\d*\]?\s)?(?:WARNING|WARN|INFO|DEBUG)\b|^\[?[WI]\d{4}\b|"
                            r"^\S+:\d+: \w*Warning: |\b(?:User|Future|Deprecation|Runtime|Resource)Warning\b|"
                            r"\bNCCL (?:INFO|WARN)\b|^.{0,80}?\[(?:INFO|WARNING|WARN|DEBUG|EVENT|TRACE)\]")
-# The headers of a stack printed on purpose, which a log may end in without failing: logging's stack_info
-# (Lib/logging/__init__.py Formatter.formatStack: "Stack (most recent call last):"), torch dynamo's graph-break
-# report ("User code traceback:"), faulthandler's dump of a thread ("Thread 0x... (most recent call first):").
 # Ray's log deduplicator: a line other workers printed too (ray/_private/ray_logging/__init__.py LogDeduplicator),
 # shown once more with its count; the only copy of a failure when the first is not in the log (a later paste)
 RAY_REPEAT = re2.compile(rb"\[repeated \d+x across cluster\]")
+# py-spy --native's frame with no symbol: "    0x7f3a2b (libc.so.6)", no help as evidence
+NATIVE_ONLY = re2.compile(r"^\s+0x[0-9a-f]+ \(")
+# The headers of a stack printed on purpose, which a log may end in without failing: logging's stack_info
+# (Lib/logging/__init__.py Formatter.formatStack: "Stack (most recent call last):"), torch dynamo's graph-break
+# report ("User code traceback:"), faulthandler's dump of a thread ("Thread 0x... (most recent call first):").
 STACK_DUMP = re2.compile(r"^Stack \(most recent call last\):|User code traceback:|\(most recent call first\):")
 # ... except NCCL's trace of an error result (src/include/checks.h: INFO "file:line [(function)] -> N"), which is
 # printed at INFO level but only when a call failed (N: an ncclResult_t error, 1-6)
@@ -197,7 +199,9 @@ class GClass:
     last: bool = False                    # a family read from the log's last lines alone (no line flagged)
     trailing: str | None = None           # a `last` family: lines its tool prints after it (not counted)
     cleared_by: str | None = None         # a `last` family: a later line that says the failure was survived
-    dump: str | None = None               # a stack dump's thread header: read when the log shows nothing else (a hang)
+    dump: str | None = None               # a stack dump's thread header (or a frame only a dump prints): a hang
+    dump_frames: str | None = None        # a dump class: its frame lines
+    dump_lines: str | None = None         # a dump class: the other lines a dump prints
     unless: str | None = None             # a dump class: a line that says the dump was a crash's, not a hang's
     pattern: str | None = None            # a family: the code's pattern, with a `code` group
     at_info: tuple[str, ...] = ()         # lines that report a failure though printed at INFO/WARN level
@@ -213,7 +217,7 @@ class GClass:
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("id", "category", "title", "cause", "fix", "confidence",
                                              "words", "raised_in", "not_in", "terminal", "after", "cut", "last", "trailing",
-                                             "cleared_by", "pattern", "dump", "unless")}
+                                             "cleared_by", "pattern", "dump", "dump_frames", "dump_lines", "unless")}
         out.update(exceptions=list(self.exceptions), lines=list(self.lines), at_info=list(self.at_info),
                    references=list(self.references), layer="generic",
                    members=[vars(m) for m in self.members], phases=[vars(m) for m in self.phases],
@@ -253,7 +257,7 @@ class Generic:
 
 _CLASS_KEYS = {"id", "category", "title", "cause", "fix", "confidence", "references", "exceptions",
                "lines", "at_info", "words", "raised_in", "not_in", "terminal", "alone", "after", "cut", "also",
-               "phases", "dump", "unless"}
+               "phases", "dump", "dump_frames", "dump_lines", "unless"}
 _ALT_KEYS = {"exceptions", "words", "raised_in", "not_in"}
 _FAMILY_KEYS = {"id", "title", "cause", "fix", "confidence", "references", "lines", "at_info", "pattern", "members",
                 "last", "trailing", "cleared_by"}
@@ -286,7 +290,7 @@ def _make_class(t: dict, family: bool) -> GClass:
         raise GenericError(f"{where}: a member has an unknown category")
     if phases and not t.get("cut"):
         raise GenericError(f"{where}: phases belong to a cut class (cut = true)")
-    for key in ("words", "raised_in", "not_in", "pattern", "trailing", "cleared_by", "dump", "unless"):
+    for key in ("words", "raised_in", "not_in", "pattern", "trailing", "cleared_by", "dump", "dump_frames", "dump_lines", "unless"):
         if t.get(key) is not None:
             _regex(t[key], where)
     lines = tuple(_regex(p, where) for p in t.get("lines", ()))
@@ -296,8 +300,9 @@ def _make_class(t: dict, family: bool) -> GClass:
         raise GenericError(f"{where}: a `last` family has a pattern and members, no lines (it flags none)")
     if not (lines or at_info or t.get("exceptions") or t.get("last") or t.get("dump")):
         raise GenericError(f"{where}: give exceptions or lines")
-    if t.get("dump") and (lines or at_info or t.get("exceptions")):
-        raise GenericError(f"{where}: a `dump` class is read from the log's last lines: no lines or exceptions")
+    if t.get("dump") and (lines or at_info or t.get("exceptions") or t.get("also") or t.get("words")
+                          or t.get("cut") or t.get("terminal") or not t.get("dump_frames")):
+        raise GenericError(f"{where}: a `dump` class is read from the log's last lines: dump_frames, no lines or exceptions")
     return GClass(id=t["id"], category=t.get("category", "other"), title=t["title"].strip(),
                   cause=t["cause"].strip(), fix=t["fix"].strip(), confidence=float(t["confidence"]),
                   references=tuple(t["references"]), exceptions=tuple(t.get("exceptions", ())),
@@ -306,7 +311,8 @@ def _make_class(t: dict, family: bool) -> GClass:
                   alone=bool(t.get("alone", False)), after=bool(t.get("after", False)), cut=bool(t.get("cut", False)),
                   last=bool(t.get("last", False)), trailing=t.get("trailing"), cleared_by=t.get("cleared_by"),
                   pattern=t.get("pattern"), members=members, also=also, phases=phases,
-                  dump=t.get("dump"), unless=t.get("unless"))
+                  dump=t.get("dump"), dump_frames=t.get("dump_frames"), dump_lines=t.get("dump_lines"),
+                  unless=t.get("unless"))
 
 
 def _make_alt(a: dict, where: str) -> Alt:
@@ -1005,18 +1011,26 @@ def _ends_in_error_line(col: Collector, g: Generic) -> list[Verdict]:
 
 
 def _stack_dump(col: Collector, g: Generic) -> list[Verdict]:
-    """A log with nothing else whose last lines hold a dump of a live process's stacks (py-spy,
-    faulthandler): the run was stuck. The first thread's header, and the innermost frames under it."""
+    """A log with nothing else whose file ends in a dump of a live process's stacks (py-spy,
+    faulthandler): the run was stuck. Its main thread's header (py-spy names it; faulthandler lists
+    it last) and the innermost frame under it. Of several files, the one named last."""
     hang = next((c for c in g.classes if c.dump), None)
+    found = []
     for name in col.tails if hang else ():
         lines = [ln for ln in col.tail_lines(name, 0) if ln.text.strip()]
         if hang.unless and any(_rx(hang.unless).search(ln.text) for ln in lines):
             continue  # faulthandler's report of a crash: that crash's lines are the failure
-        at = next((i for i, ln in enumerate(lines) if _rx(hang.dump).search(ln.text)), None)
-        if at is not None and col.progress.get(name, 0) < lines[at].n:  # no step logged after it (else it went on)
-            frames = list(takewhile(lambda ln: ln.text[:1].isspace(), lines[at + 1:]))
-            return [Verdict(hang, Event(lines[at]), None, tail=frames[:FRAMES_SHOWN])]
-    return []
+        i = len(lines)
+        while i > 0 and any(_rx(p).search(lines[i - 1].text) for p in (hang.dump, hang.dump_frames, hang.dump_lines)):
+            i -= 1
+        heads = [k for k in range(i, len(lines)) if _rx(hang.dump).search(lines[k].text)]
+        if not heads or not any(_rx(hang.dump_frames).search(ln.text) for ln in lines[heads[0]:]):
+            continue  # no dump at the file's end, or a header with no frame under it
+        named = [k for k in heads if not _rx(hang.dump_frames).search(lines[k].text)] or heads[:1]  # headers, not frames
+        at = next((k for k in named if '"MainThread"' in lines[k].text), named[-1])
+        frame = [ln for ln in lines[at:] if _rx(hang.dump_frames).search(ln.text) and not NATIVE_ONLY.search(ln.text)]
+        found.append(Verdict(hang, Event(lines[at]), None, tail=[f for f in frame[:FRAMES_SHOWN] if f is not lines[at]]))
+    return found[-1:]
 
 
 def _closing_error_line(fam: GClass, g: Generic, col: Collector, name: str | None) -> Verdict | None:

@@ -119,6 +119,43 @@ def test_a_dump_the_run_went_on_after_is_no_stuck_run(barrier_dump):
     assert explain_text(barrier_dump + steps) == []
 
 
+def test_a_watchdog_dump_the_run_went_on_after_is_nothing(tmp_path):
+    out = run_python("import faulthandler, time\n"
+                     "faulthandler.dump_traceback_later(0.2)\n"
+                     "time.sleep(0.6)\n"
+                     "for epoch in range(3):\n"
+                     "    print(f'epoch {epoch} loss {0.5 / (epoch + 1):.3f}', flush=True)\n"
+                     "print('done')\n", tmp_path).stdout
+    assert out.startswith("Timeout (0:00:00.") or out.startswith("Timeout (0:00:00)!"), out[:80]
+    assert "most recent call first" in out and out.rstrip().endswith("done")
+    assert explain_text(out) == []
+
+
+def test_a_thread_header_with_no_frame_is_nothing():
+    assert explain_text('loading shards\nThread 4242 (idle): "pin_memory"\n') == []
+
+
+def test_faulthandler_shows_the_main_thread_it_lists_last(tmp_path):
+    out = run_python("import faulthandler, threading\n"
+                     "def pin_memory():\n"
+                     "    threading.Event().wait()\n"
+                     "threading.Thread(target=pin_memory, daemon=True).start()\n"
+                     "faulthandler.dump_traceback_later(1, exit=True)\n"
+                     "threading.Event().wait()\n", tmp_path).stdout
+    headers = [ln for ln in out.splitlines() if ln.startswith("Thread 0x")]
+    assert len(headers) == 2 and "pin_memory" in out.split(headers[1])[0]   # the helper's stack comes first
+    top = first(out)
+    assert top.rule == "generic-stuck-process" and top.lines[0].text == headers[-1]
+
+
+def test_a_fatal_error_faulthandler_reports_is_no_hang(tmp_path):
+    r = subprocess.run([sys.executable, "-X", "faulthandler", "-c",
+                        "import ctypes; ctypes.pythonapi.Py_FatalError(b'custom stop')"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert "Fatal Python error: " in r.stderr and "(most recent call first)" in r.stderr
+    assert all(f.rule != "generic-stuck-process" for f in explain_text(r.stderr))
+
+
 def test_faulthandler_report_of_a_crash_is_the_crash_not_a_hang(tmp_path):
     r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", "import ctypes; ctypes.string_at(0)"],
                        capture_output=True, text=True, cwd=tmp_path, timeout=60)
@@ -136,10 +173,12 @@ def test_an_exception_after_a_dump_is_the_failure(tmp_path):
     assert first(out).category == "versions"   # the missing module, whichever rule names it
 
 
-def test_a_dump_class_takes_no_lines(tmp_path):
+@pytest.mark.parametrize("extra", ['dump_frames = "^ "\nlines = ["x"]\n', 'dump_frames = "^ "\ncut = true\n',
+                                   '\n'])   # no dump_frames
+def test_a_dump_class_takes_frames_and_no_lines(tmp_path, extra):
     path = tmp_path / "generic.toml"
     path.write_text('[[class]]\nid = "x"\ncategory = "other"\ntitle = "t"\ncause = "c"\nfix = "f"\n'
-                    'confidence = 0.2\nreferences = ["https://x"]\ndump = "^Thread"\nlines = ["x"]\n')
+                    'confidence = 0.2\nreferences = ["https://x"]\ndump = "^Thread"\n' + extra)
     with pytest.raises(CatalogError, match="a `dump` class"):
         terminal.load_generic(path)
 

@@ -227,10 +227,9 @@ def _generic_page(c, as_json: bool) -> int:
         click.echo(f"  When the log holds nothing else: the last line matching the code pattern below, among the\n"
                    f"  last {LAST_LINES} lines of a file, with no training step logged after it.\n")
     if c.dump:
-        click.echo("  When the log holds nothing else: a thread's header of a stack dump among the file's last lines\n"
-                   f"  matching\n\n    {c.dump}\n")
-        if c.unless:
-            click.echo(f"  and no line of those matching (the dump of a crash):\n\n    {c.unless}\n")
+        click.echo("  When the log holds nothing else: a file that ends in a stack dump, a thread's header (or a frame\n"
+                   f"  only a dump prints) matching\n\n    {c.dump}\n\n  with a frame under it matching\n\n"
+                   f"    {c.dump_frames}\n" + (f"\n  and no line matching (a crash's dump)\n\n    {c.unless}\n" if c.unless else ""))
     if c.lines:
         click.echo("  A line matching" + (" (when the log ends on it: nothing error-like comes after)" if c.cut else "")
                    + ":\n")
