@@ -335,6 +335,8 @@ def load_generic(path: Path | str | None = None) -> Generic:
     ids = [c.id for c in classes]
     if len(set(ids)) != len(ids):
         raise GenericError("generic.toml: duplicate class id")
+    if sum(bool(c.dump) for c in classes) > 1:
+        raise GenericError("generic.toml: one `dump` class at most (the hang's)")
     cons_doc = doc.get("consequences", {})
     cons = tuple(_regex(p, "generic.toml: consequences") for p in cons_doc.get("patterns", ()))
     back = _regex(cons_doc["points_back"], "generic.toml: consequences") if "points_back" in cons_doc else ""
