@@ -484,7 +484,7 @@ class Collector:
             pass
         elif m:
             key = m.group(1).rsplit(b".", 1)[-1].decode("ascii", "replace")
-        else:
+        elif not raw_line.rstrip().endswith(b"across cluster]"):  # Ray's repeat: only its exception line counts
             hit = self.line_set.Match(self.clean(head).text) if self.line_set else []  # past any prefix
             key = f"line:{min(hit)}" if hit else None
         if len(self._keys) >= KEY_CACHE:
