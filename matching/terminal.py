@@ -1023,7 +1023,7 @@ def _stack_dump(col: Collector, g: Generic) -> list[Verdict]:
         if hang.unless and any(_rx(hang.unless).search(ln.text) for ln in lines):
             continue  # faulthandler's report of a crash: that crash's lines are the failure
         i = len(lines)
-        while i > 0 and any(_rx(p).search(lines[i - 1].text) for p in (hang.dump, hang.dump_frames, hang.dump_lines)):
+        while i > 0 and any(_rx(p).search(lines[i - 1].text) for p in (hang.dump, hang.dump_frames, hang.dump_lines) if p):
             i -= 1
         heads = [k for k in range(i, len(lines)) if _rx(hang.dump).search(lines[k].text)]
         if not heads or not any(_rx(hang.dump_frames).search(ln.text) for ln in lines[heads[0]:]):

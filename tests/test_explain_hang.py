@@ -18,7 +18,7 @@ import pytest
 
 from matching import terminal
 from matching.catalog import CatalogError
-from matching.explain import explain_text
+from matching.explain import Matcher, explain_text
 
 from .conftest import run_python
 
@@ -188,3 +188,13 @@ def test_the_rules_page_says_what_a_dump_is(doctor):
     assert page.returncode == 0
     assert "When the log holds nothing else" in page.stdout and "most recent call first" in page.stdout
     assert "py-spy" in page.stdout
+
+
+def test_a_dump_class_without_dump_lines_still_reads_a_dump(tmp_path):
+    path = tmp_path / "generic.toml"
+    path.write_text('[[class]]\nid = "x"\ncategory = "other"\ntitle = "t"\ncause = "c"\nfix = "f"\n'
+                    'confidence = 0.2\nreferences = ["https://x"]\ndump = "^Thread \\\\d+ "\n'
+                    'dump_frames = "^\\\\s+\\\\w+ \\\\("\n')
+    layer = terminal.load_generic(path)
+    found = explain_text('step 3 of 9\nThread 7 (idle): "MainThread"\n    wait (threading.py:327)\n', matcher=Matcher([], layer))
+    assert [f.rule for f in found] == ["x"]
