@@ -516,6 +516,10 @@ class Collector:
                 out.append(ln)
         return out
 
+    def nonblank_tail(self, name: str | None) -> list:
+        """All of the file's kept last lines that hold more than white space, cleaned."""
+        return [ln for ln in self.tail_lines(name, 0) if ln.text.strip()]
+
     def note_progress(self, name: str | None, n: int) -> None:
         self.progress[name] = max(n, self.progress.get(name, 0))
 
@@ -988,7 +992,7 @@ def _ends_in_frames(col: Collector, g: Generic) -> list[Verdict]:
     pasted from the middle, the header scrolled away): the cut class, from the frames at its end."""
     cut = next((c for c in g.classes if c.cut), None)
     for name in col.tails if cut else ():
-        lines = [ln for ln in col.tail_lines(name, 0) if ln.text.strip()]
+        lines = col.nonblank_tail(name)
         last = next((i for i in range(len(lines) - 1, max(-1, len(lines) - 4), -1)
                      if FRAME.search(lines[i].text)), None)
         if last is None or not all(map(_of_traceback, lines[last + 1:])):
@@ -1019,7 +1023,7 @@ def _stack_dump(col: Collector, g: Generic) -> list[Verdict]:
     hang = next((c for c in g.classes if c.dump), None)
     found = []
     for name in col.tails if hang else ():
-        lines = [ln for ln in col.tail_lines(name, 0) if ln.text.strip()]
+        lines = col.nonblank_tail(name)
         if hang.unless and any(_rx(hang.unless).search(ln.text) for ln in lines):
             continue  # faulthandler's report of a crash: that crash's lines are the failure
         i = len(lines)
@@ -1039,7 +1043,7 @@ def _closing_error_line(fam: GClass, g: Generic, col: Collector, name: str | Non
     """The last line of a file's last LAST_LINES (not counting what the tool prints after it, such as
     glog's stack) in one of the family's forms; none when a training step or a line that says the
     failure was survived (Ansible's "...ignoring") comes after it."""
-    lines = [ln for ln in col.tail_lines(name, 0) if ln.text.strip()]
+    lines = col.nonblank_tail(name)
     counted = [ln for ln in lines if not (fam.trailing and _rx(fam.trailing).search(ln.text))]
     for ln in reversed(counted[-LAST_LINES:]):
         if col.progress.get(name, 0) >= ln.n:
