@@ -98,7 +98,7 @@ _LAUNCHER = re.compile(
 # role and local rank; "[rank0]:" from 2.3's log_line_prefix_template default). It names the process, so that
 # the tracebacks of interleaved ranks stay apart.
 _RANK = re.compile(r"^\[(?:rank|default)(\d+)\]: ?")
-_RAY_REPEAT = re.compile(r"\[repeated \d+x across cluster\]")
+_RAY_REPEAT = re.compile(terminal.RAY_REPEAT_SUFFIX + r"\s*$")
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
@@ -306,9 +306,9 @@ def clean_line(raw: bytes) -> Line:
         elif first in "( " or not _may_capture(text) or not (m := _CAPTURE.match(text)):
             break
         text = text[m.end():]
-    if text.endswith("across cluster]"):  # string ops, not a regex: linear on any line
+    if "across cluster]" in text[-terminal.RAY_REPEAT_TAIL:]:  # string ops first: linear on any line
         cut = text.rfind("[repeated ")
-        if cut >= 0 and _RAY_REPEAT.fullmatch(text, cut):
+        if cut >= 0 and _RAY_REPEAT.match(text, cut):
             text = text[:cut].rstrip()
     text = _UNPRINTABLE.sub("?", text)
     return Line(0, text, node, process)

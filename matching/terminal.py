@@ -126,8 +126,19 @@ WARNING_LINE = re2.compile(r"^\s*(?:\[?\w+\s?\d*\]?\s)?(?:WARNING|WARN|INFO|DEBU
                            r"^\S+:\d+: \w*Warning: |\b(?:User|Future|Deprecation|Runtime|Resource)Warning\b|"
                            r"\bNCCL (?:INFO|WARN)\b|^.{0,80}?\[(?:INFO|WARNING|WARN|DEBUG|EVENT|TRACE)\]")
 # Ray's log deduplicator: a line other workers printed too (ray/_private/ray_logging/__init__.py LogDeduplicator),
-# shown once more with its count; the only copy of a failure when the first is not in the log (a later paste)
-RAY_REPEAT = re2.compile(rb"\[repeated \d+x across cluster\]")
+# shown once more with its count; the only copy of a failure when the first is not in the log (a later paste).
+# The first repeat of a session carries a hint after the count (_warn_once), and both are coloured (_color:
+# green, then a reset), so the count is not always where the line ends.
+RAY_REPEAT_SUFFIX = r"\[repeated \d+x across cluster\](?: \(Ray deduplicates logs by default\.[^()]*\))?"
+RAY_REPEAT = re2.compile(RAY_REPEAT_SUFFIX.encode())
+RAY_REPEAT_END = re2.compile(RAY_REPEAT_SUFFIX.encode() + rb"(?:\x1b?\[0m)?\s*$")
+RAY_REPEAT_TAIL = 320  # bytes: the count, the hint and the colour codes fit in them
+
+
+def is_ray_repeat(raw_line: bytes) -> bool:
+    """Whether a raw line is Ray's repeat of a line (a substring test first: most lines are not)."""
+    tail = raw_line[-RAY_REPEAT_TAIL:]
+    return b"across cluster]" in tail and RAY_REPEAT_END.search(tail) is not None
 # py-spy --native's frame with no symbol: "    0x7f3a2b (libc.so.6)", no help as evidence
 NATIVE_ONLY = re2.compile(r"^\s+0x[0-9a-f]+ \(")
 # The headers of a stack printed on purpose, which a log may end in without failing: logging's stack_info
@@ -484,7 +495,7 @@ class Collector:
             pass
         elif m:
             key = m.group(1).rsplit(b".", 1)[-1].decode("ascii", "replace")
-        elif not raw_line.rstrip().endswith(b"across cluster]"):  # Ray's repeat: only its exception line counts
+        elif not is_ray_repeat(raw_line):  # Ray's repeat: only its exception line counts
             hit = self.line_set.Match(self.clean(head).text) if self.line_set else []  # past any prefix
             key = f"line:{min(hit)}" if hit else None
         if len(self._keys) >= KEY_CACHE:
@@ -1054,6 +1065,9 @@ def _closing_error_line(fam: GClass, g: Generic, col: Collector, name: str | Non
             continue
         if fam.cleared_by and any(_rx(fam.cleared_by).search(a.text) for a in lines if a.n > ln.n):
             return None
+        # the same line printed before it after the last progress (Ray's repeat of it, another rank's copy):
+        # the first copy is the evidence
+        ln = next(a for a in counted if a.text == text and a.n > col.progress.get(name, 0))
         member, code = _code_member(fam, m)
         detail = _detail_member(fam, g, ln, counted) if member is fam.members[-1] else None
         member, tail = detail or (member, None)
