@@ -17,6 +17,7 @@ the held-out part out of the fixtures.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import sys
@@ -29,6 +30,7 @@ from knowledge.vocabulary import CATEGORIES  # noqa: E402  (a failure's category
 
 CORPUS = ROOT / "bench" / "corpus"
 SPLIT = CORPUS / "split.toml"
+FIXTURES = ROOT / "tests" / "fixtures" / "explain"
 HELDOUT_PERCENT = 50
 HEADER = re.compile(r"^# (\w[\w-]*): ?(.*)$")
 
@@ -88,11 +90,48 @@ def recorded() -> dict[str, dict]:
 
 def fixture_sources() -> set[str]:
     out = set()
-    for f in (ROOT / "tests" / "fixtures" / "explain").rglob("*.log"):
+    for f in FIXTURES.rglob("*.log"):
         first = f.read_text(errors="replace").split("\n", 1)[0]
         if first.startswith("# source:"):
             out.add(first.split(":", 1)[1].strip().rstrip("/"))
     return out
+
+
+@functools.lru_cache(maxsize=None)  # each fixture is compared with every corpus log: read it once
+def distinct_lines(path: Path) -> frozenset[str]:
+    """Long machine-printed lines that name this failure: not a stack frame, nor the source line
+    a traceback prints under it (library code that many failures pass through), nor a banner."""
+    _, body = read_header(path)
+    out, after_frame = set(), False
+    for line in body:
+        s = line.strip()
+        frame = s.startswith(("File ", "at "))
+        words = sum(c.isalpha() for c in s) >= 20  # not a caret underline or a row of digits
+        if len(s) >= 40 and words and not frame and not after_frame and not s.startswith(
+                ("Traceback", "During handling", "The above")):
+            out.add(s)
+        after_frame = frame
+    return frozenset(out)
+
+
+def boilerplate(paths) -> set[str]:
+    """Lines that two or more threads' logs print (torch's "CUDA kernel errors might be
+    asynchronously reported..."): a library says them on every failure of a kind, so they tell
+    no one log apart."""
+    seen: dict[str, int] = {}
+    for path in paths:
+        for line in distinct_lines(path):
+            seen[line] = seen.get(line, 0) + 1
+    return {line for line, n in seen.items() if n > 1}
+
+
+def fixture_sharing(lines: frozenset[str], common: set[str]) -> Path | None:
+    """The fixture that carries two or more of a log's distinct lines (its source spelled another way:
+    a documentation page with and without a section's anchor): then the log is that fixture's failure."""
+    for fixture in sorted(FIXTURES.rglob("*.log")):
+        if len((lines - common) & distinct_lines(fixture)) >= 2:
+            return fixture
+    return None
 
 
 def problems_of(head: dict, body: list[str]) -> str | None:
@@ -108,6 +147,7 @@ def problems_of(head: dict, body: list[str]) -> str | None:
 def add(dirs: list[str]) -> int:
     rows = recorded()
     fixtures = fixture_sources()
+    common = boilerplate([CORPUS / r["file"] for r in rows.values()])
     added = skipped = 0
     for d in dirs:
         for path in sorted(Path(d).glob("*.log")):
@@ -118,6 +158,9 @@ def add(dirs: list[str]) -> int:
                 why = f"thread {thread} is already recorded"
             if not why and head["source"].rstrip("/") in fixtures:
                 why = "its source is already a fixture"
+            shared = None if why else fixture_sharing(distinct_lines(path), common)
+            if shared:
+                why = f"it carries lines of the fixture {shared.name}"
             if why:
                 print(f"skip {path}: {why}", file=sys.stderr)
                 skipped += 1

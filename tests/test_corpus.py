@@ -6,7 +6,6 @@ turn it into a figure measured on fixtures.
 """
 from __future__ import annotations
 
-import functools
 import sys
 from pathlib import Path
 
@@ -14,27 +13,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.corpus_split import CATEGORIES, CORPUS, part_of, read_header, recorded  # noqa: E402
+from bench.corpus_split import (CATEGORIES, CORPUS, FIXTURES, boilerplate, distinct_lines,  # noqa: E402
+                                 fixture_sharing, part_of, read_header, recorded)
 
-FIXTURES = ROOT / "tests" / "fixtures" / "explain"
 ROWS = recorded()
-
-
-@functools.lru_cache(maxsize=None)  # each fixture is compared with every held-out log: read it once
-def _distinct_lines(path: Path) -> frozenset[str]:
-    """Long machine-printed lines that name this failure: not a stack frame, nor the source line
-    a traceback prints under it (library code that many failures pass through), nor a banner."""
-    _, body = read_header(path)
-    out, after_frame = set(), False
-    for line in body:
-        s = line.strip()
-        frame = s.startswith(("File ", "at "))
-        words = sum(c.isalpha() for c in s) >= 20  # not a caret underline or a row of digits
-        if len(s) >= 40 and words and not frame and not after_frame and not s.startswith(
-                ("Traceback", "During handling", "The above")):
-            out.add(s)
-        after_frame = frame
-    return frozenset(out)
 
 
 def test_corpus_meets_its_floor():
@@ -63,29 +45,18 @@ def test_the_split_rule_is_by_thread_and_not_by_file():
 HELDOUT = [CORPUS / r["file"] for r in ROWS.values() if r["part"] == "heldout"]
 
 
-def _boilerplate() -> set[str]:
-    """Lines that two or more threads' logs print (torch's "CUDA kernel errors might be
-    asynchronously reported..."): a library says them on every failure of a kind, so they tell
-    no one log apart."""
-    seen: dict[str, int] = {}
-    for row in ROWS.values():
-        for line in _distinct_lines(CORPUS / row["file"]):
-            seen[line] = seen.get(line, 0) + 1
-    return {line for line, n in seen.items() if n > 1}
-
-
-BOILERPLATE = _boilerplate()
+BOILERPLATE = boilerplate(CORPUS / r["file"] for r in ROWS.values())
 
 
 @pytest.mark.parametrize("held", HELDOUT, ids=lambda p: p.stem)
 def test_a_heldout_log_is_never_a_fixture(held):
     head, _ = read_header(held)
-    mine = _distinct_lines(held) - BOILERPLATE
+    mine = distinct_lines(held) - BOILERPLATE
     for fixture in FIXTURES.rglob("*.log"):
         text = fixture.read_text(errors="replace")
         source = text.split("\n", 1)[0].removeprefix("# source:").strip().rstrip("/")
         assert source != head["source"].rstrip("/"), f"{fixture.name} comes from held-out {head['thread']}"
-        shared = mine & _distinct_lines(fixture)
+        shared = mine & distinct_lines(fixture)
         assert len(shared) < 2, f"{fixture.name} carries lines of held-out {held.name}: {sorted(shared)[:2]}"
 
 
@@ -107,6 +78,29 @@ def test_threads_that_differ_only_in_cjk_words_get_files_of_their_own(tmp_path, 
     cs.add([str(incoming)])
     logs = sorted(p.read_text() for p in (tmp_path / "corpus").rglob("*.log"))
     assert len(logs) == 2 and "line one 0" in logs[0] and "line one 1" in logs[1]
+
+
+def test_a_log_that_carries_a_fixtures_lines_is_refused_whatever_its_source_says(tmp_path, monkeypatch):
+    # a documentation section's fixture, gathered again with the section's anchor in its URL: the
+    # same failure, so not one doctor has never seen
+    import bench.corpus_split as cs
+
+    monkeypatch.setattr(cs, "CORPUS", tmp_path / "corpus")
+    monkeypatch.setattr(cs, "SPLIT", tmp_path / "corpus" / "split.toml")
+    fixture = FIXTURES / "hccl-comm-resource-exhausted--3.log"
+    head, body = read_header(fixture)
+    assert len(distinct_lines(fixture)) >= 2
+    incoming = tmp_path / "in"
+    incoming.mkdir()
+    (incoming / "again.log").write_text(
+        f"# source: {head['source']}#ei0011\n# thread: hicann/hccl:param_link_stage.md#EI0011\n"
+        "# category: memory\n# platform: npu\n# multinode: no\n" + "\n".join(body) + "\n")
+    (incoming / "other.log").write_text(
+        "# source: https://example.org/2\n# thread: example/x#2\n# category: other\n"
+        "# platform: npu\n# multinode: no\nline one of another failure\nline two\nline three\n")
+    assert fixture_sharing(distinct_lines(incoming / "again.log"), set()) == fixture
+    cs.add([str(incoming)])
+    assert [r["thread"] for r in cs.recorded().values()] == ["example/x#2"]
 
 
 def test_the_benchmark_gives_doctor_the_log_without_our_header(tmp_path):
