@@ -850,6 +850,21 @@ def test_fewer_devices_than_the_job_asks_for_is_cluster_not_config():
     assert (top.rule, top.category) == ("generic-ray-cluster", "cluster")
 
 
+@pytest.mark.parametrize("line", [
+    # NeMo-RL's RayVirtualCluster (nemo_rl/distributed/virtual_cluster.py), raised before the placement groups
+    "ValueError: Not enough GPUs available. Requested 16 GPUs, but only 8 are available in the cluster.",
+    "nemo_rl.distributed.virtual_cluster.ResourceInsufficientError: Not enough CPUs available. "
+    "Requested 64 CPUs, but only 32 are available in the cluster."])
+def test_a_framework_that_counts_the_clusters_devices_first_is_cluster(line):
+    frame = '  File "/opt/nemo-rl/nemo_rl/distributed/virtual_cluster.py", line 189, in _init_placement_groups\n'
+    top = explain_text("step:0 - starting\n" + frame + line + "\n", matcher=layer_alone())[0]
+    assert (top.rule, top.category) == ("generic-ray-cluster", "cluster")
+    # a tool's own count of one machine's free GPUs (no cluster in its words) is not the Ray cluster's
+    single = "RuntimeError: Not enough GPUs available. Requested: 2, Available: 1"
+    found = explain_text("step:0 - starting\n" + single + "\n", matcher=layer_alone())
+    assert not found or found[0].rule != "generic-ray-cluster"
+
+
 # ---------------------------------------------------------------------------------------------
 # Forms of the tuning part's CI logs and excerpts (vllm-ascend's unit and e2e tests run under pytest)
 
