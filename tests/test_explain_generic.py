@@ -1391,6 +1391,10 @@ def test_hccl_result_codes_are_a_family(code, category):
     # any other line of its own log: the links between the ranks
     ("[ERROR] HCCL(14830,python3.1):2026-02-09-11:31:31.825.623 [hccl_socket_manager.cc:816][14263][Wait][LinkEstablish]"
      "wait socket establish timeout, role[1] rank[1] timeout[120 s]", "network"),
+    # a collective's task that timed out while it ran (CANN 8.5+ keywords): the ranks out of step, not a link
+    ("[ERROR] HCCL(4021,python3.11):2026-03-02-10:04:11.102.377 [task_exception_handler.cc:771] [4090][TaskExecStage]"
+     "[Timeout][Host]Task run failed, groupRank information is group:[10.0.0.1%eth0_60000_0_1772445851102], "
+     "user define information[], rankSize[8], rankId[3].", "other"),
 ])
 def test_hccls_own_error_lines_are_read_by_their_result_or_their_words(line, category):
     assert layer_verdict(line + "\n") == ("generic-hccl-error", category)
