@@ -8,7 +8,7 @@
    combination's (both measured in step 2, same conditions; goal >= 0.9), and the steps lost
    (steps a failed attempt finished that its checkpoint did not keep; goal 0).
 
-    .venv/bin/python bench/autotune.py [--steps 4] [--limit 800MiB] [--start-micro 16]
+    .venv/bin/python bench/autotune.py [--steps 4] [--limit 720MiB] [--start-micro 16]
 
 The task: the embedded tiny model on its digits task with ~400-token prompts (so a micro batch's
 activations matter), 16 samples per step on one worker, under `trainer.worker_memory_limit`.
@@ -69,8 +69,10 @@ def task(args, **extra) -> list[str]:
 
 def env(home: Path) -> dict:
     cache = os.environ.get("VERL_DOCTOR_CACHE") or str(Path.home() / ".cache" / "verl-doctor")
+    # One compute thread per worker unless the caller says otherwise: the limit is RLIMIT_DATA, and each
+    # thread's stack and malloc arena count against it, so the default limit holds only at one thread.
     return dict(os.environ, HOME=str(home), RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0",
-                VERL_DOCTOR_CACHE=cache)
+                VERL_DOCTOR_CACHE=cache, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
 
 
 def step_rate(metrics: Path, from_step: int = 0) -> float | None:
@@ -118,7 +120,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--size", default="tiny")
     p.add_argument("--response-length", type=int, default=8)
-    p.add_argument("--limit", default="800MiB", help="trainer.worker_memory_limit")
+    p.add_argument("--limit", default="720MiB", help="trainer.worker_memory_limit")
     p.add_argument("--start-micro", type=int, default=16)
     p.add_argument("--micros", default="16,8,4,2,1", help="update micro batch sizes of the grid")
     p.add_argument("--rounds", type=int, default=2, help="grid repetitions (best rate per setting)")
