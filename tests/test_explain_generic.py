@@ -1421,6 +1421,18 @@ def test_the_check_macros_of_cann_samples_and_hccl_test_are_read_by_their_code(l
     assert layer_verdict(text + "This is an error in init_hcclComm.\n") == (cid, category)
 
 
+# the runtime's own log of a failed driver call names its result as ErrCode= with the result's description
+@pytest.mark.parametrize("line,category", [
+    ("[ERROR] RUNTIME(27271,python3.10):2026-02-27-16:24:15.595.677 [npu_driver.cc:1534]34603 DevMemAllocHugePageManaged:"
+     "[drv api] halMemAlloc failed:size=2122688(bytes), type=2, moduleId=3, drvFlag=216172782123369479, drvRetCode=6, "
+     "device_id=7, ErrCode=207001, desc=[driver error:out of memory], InnerCode=0x7020016", "memory"),
+    ("[ERROR] RUNTIME(3093,python3.10):2026-02-27-16:30:02.114.201 [api_c.cc:127]3093 rtDevBinaryRegister:ErrCode=507032, "
+     "desc=[program register num out of use], InnerCode=0x7090007", "other"),
+])
+def test_the_runtimes_errcode_is_read_by_its_range(line, category):
+    assert layer_verdict(line + "\n") == ("generic-acl-runtime-result", category)
+
+
 def test_a_checkpoint_torch_loads_only_as_weights_is_versions(tmp_path):
     out = python_output("import torch\nclass Box:\n    pass\n"
                         f"torch.save({{'b': Box()}}, '{tmp_path}/ck.pt')\ntorch.load('{tmp_path}/ck.pt')\n", tmp_path)
