@@ -823,6 +823,16 @@ def _demote(found: list[Explanation], layer: terminal.Generic | None) -> None:
             e.consequence = True
 
 
+def _seen_from_peer(e: Explanation, incident: list[Explanation], layer: terminal.Generic | None) -> bool:
+    """A communication failure of one process while another process of the same incident failed of its
+    own: what it saw of that peer's end (generic.toml [peers]), so it ranks after that cause."""
+    if layer is None or e.category not in layer.peer_effects:
+        return False
+    mine = e.lines[0].process if e.lines else None
+    return mine is not None and any(
+        x.category in layer.peer_causes and x.lines and x.lines[0].process not in (None, mine) for x in incident)
+
+
 def rank(found: list[Explanation], layer: terminal.Generic | None = None) -> list[Explanation]:
     """Real causes first (rules by incident, then the generic layer's), then the consequences:
     the earliest incident first, the most specific rule first within it."""
@@ -837,7 +847,8 @@ def rank(found: list[Explanation], layer: terminal.Generic | None = None) -> lis
             incidents[-1].append(e)
         else:
             incidents.append([e])
-    ordered = [e for inc in incidents for e in sorted(inc, key=lambda e: (-e.specificity, _anchor(e)))]
+    ordered = [e for inc in incidents
+               for e in sorted(inc, key=lambda e: (_seen_from_peer(e, inc, layer), -e.specificity, _anchor(e)))]
     ordered += generic + after
     claimed: dict[tuple, str] = {}
     for e in ordered:  # a lower-ranked rule whose evidence a higher one already explains

@@ -242,12 +242,15 @@ class Generic:
     consequences: tuple[str, ...]
     progress: tuple[tuple[str, str], ...]   # (literal, pattern)
     points_back: str = ""                   # a consequence's words that send the reader to an earlier error
+    peer_effects: tuple[str, ...] = ()      # categories of what a process sees of a peer's failure ([peers])
+    peer_causes: tuple[str, ...] = ()       # categories of a failure of its own, which its peers then see
 
     def __hash__(self) -> int:
         """Hashed once: the layer's helpers are cached on it, per flagged line (a deep hash costs ~25 us)."""
         h = self.__dict__.get("_hash")
         if h is None:
-            h = hash((self.classes, self.consequences, self.progress, self.points_back))
+            h = hash((self.classes, self.consequences, self.progress, self.points_back, self.peer_effects,
+                      self.peer_causes))
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -353,7 +356,12 @@ def load_generic(path: Path | str | None = None) -> Generic:
     back = _regex(cons_doc["points_back"], "generic.toml: consequences") if "points_back" in cons_doc else ""
     prog = tuple((p["literal"], _regex(p["pattern"], "generic.toml: progress"))
                  for p in doc.get("progress", {}).get("markers", ()))
-    return Generic(tuple(classes), cons, prog, back)
+    peers = doc.get("peers", {})
+    effects, causes = tuple(peers.get("effects", ())), tuple(peers.get("causes", ()))
+    unknown = sorted(set(effects + causes) - set(CATEGORIES))
+    if unknown:
+        raise GenericError(f"generic.toml: peers: unknown category {unknown[0]!r}")
+    return Generic(tuple(classes), cons, prog, back, effects, causes)
 
 
 @lru_cache(maxsize=1)

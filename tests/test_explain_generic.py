@@ -375,6 +375,8 @@ def test_every_generic_class_has_a_rules_page_and_is_listed():
      'references = ["https://x"]\nexceptions = ["KeyError"]\nalso = [{ words = "x" }]\n', "also"),
     ('[[family]]\nid = "x"\ntitle = "t"\ncause = "c"\nfix = "f"\nconfidence = 0.3\nreferences = ["https://x"]\n'
      'last = true\npattern = "(?P<text>.+)"\nlines = ["x"]\nmembers = []\n', "a `last` family"),
+    ('[peers]\neffects = ["netwrok"]\n[[class]]\nid = "x"\ncategory = "data"\ntitle = "t"\ncause = "c"\nfix = "f"\n'
+     'confidence = 0.3\nreferences = ["https://x"]\nexceptions = ["KeyError"]\n', "peers: unknown category 'netwrok'"),
 ])
 def test_generic_loader_rejects_bad_classes(tmp_path, snippet, message):
     path = tmp_path / "generic.toml"
