@@ -2,8 +2,9 @@
 collective setup breaks, and the peer's communication error is what it saw of that failure.
 
 The log is a real Ray run (a local instance): two tasks are the two ranks of a gloo group. Rank 0
-really fails to allocate its memory (RLIMIT_DATA below a 4 GiB tensor) before it creates the group's
-store; rank 1 really times out connecting to it. Each prints its traceback as a worker does.
+really fails to allocate its memory (a 4 GiB tensor, RLIMIT_DATA 512 MiB above what it holds) before
+it creates the group's store; rank 1 really times out connecting to it. Each prints its traceback
+as a worker does.
 """
 from __future__ import annotations
 
@@ -22,13 +23,17 @@ import ray
 def rank(r, port):
     import torch
     import torch.distributed as dist
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     try:
         if r == 0:
-            resource.setrlimit(resource.RLIMIT_DATA, (1 << 30, 1 << 30))
+            # 512 MiB above what the worker holds now (its threads' arenas count): a 4 GiB tensor cannot fit
+            data = next(int(ln.split()[1]) << 10 for ln in open("/proc/self/status") if ln.startswith("VmData:"))
+            resource.setrlimit(resource.RLIMIT_DATA, (data + (512 << 20), hard))
             torch.empty(4 << 30, dtype=torch.uint8).fill_(1)
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=r, world_size=2,
                                 timeout=datetime.timedelta(seconds=3))
     except Exception:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))   # room to print what happened
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)
