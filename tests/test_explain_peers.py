@@ -3,8 +3,8 @@ collective setup breaks, and the peer's communication error is what it saw of th
 
 The log is a real Ray run (a local instance): two tasks are the two ranks of a gloo group. Rank 0
 really fails to allocate its memory (a 4 GiB tensor, RLIMIT_DATA 512 MiB above what it holds) before
-it creates the group's store; rank 1 really times out connecting to it. Each prints its traceback
-as a worker does.
+it creates the group's store; rank 1, started after it, really times out connecting to it (in that
+order whatever the machine's speed). Each prints its traceback as a worker does.
 """
 from __future__ import annotations
 
@@ -40,9 +40,9 @@ def rank(r, port):
 
 s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
 ray.init(num_cpus=2, include_dashboard=False)
-for ref in [rank.remote(r, port) for r in (0, 1)]:
+for r in (0, 1):   # rank 1 starts once rank 0 has ended, as a peer meets a rank already gone
     try:
-        ray.get(ref)
+        ray.get(rank.remote(r, port))
     except Exception as exc:
         print("rank ended:", type(exc).__name__)
 """
