@@ -111,7 +111,7 @@ class Line:
     n: int                     # 1-based line number in its file
     text: str                  # the cleaned message (prefix stripped, capped)
     node: str | None = None    # Ray node ip, when the prefix names one
-    process: str | None = None # Ray process, e.g. "WorkerDict pid=123"
+    process: str | None = None # the process a prefix names: Ray's "WorkerDict pid=123", a rank, CANN's pid
     file: str | None = None
     fallback: bool = False     # matched one of FALLBACK_PATTERNS (an error-looking line)
 
@@ -304,6 +304,8 @@ def clean_line(raw: bytes) -> Line:
             node = node or host
             process = process or (f"rank {rank}" if rank else f"task {task}" if task else f"host {host}")
         elif first in "( " or not _may_capture(text) or not (m := _CAPTURE.match(text)):
+            if first == "[" and process is None and (c := terminal.CANN_PREFIX.match(text)):  # kept in the text
+                process = f"{c.group('name')} pid={c.group('pid')}" if c.group("name") else f"pid={c.group('pid')}"
             break
         text = text[m.end():]
     if "across cluster]" in text[-terminal.RAY_REPEAT_TAIL:]:  # string ops first: linear on any line

@@ -133,6 +133,11 @@ RAY_REPEAT_SUFFIX = r"\[repeated \d+x across cluster\](?: \(Ray deduplicates log
 RAY_REPEAT = re2.compile(RAY_REPEAT_SUFFIX.encode())
 RAY_REPEAT_END = re2.compile(RAY_REPEAT_SUFFIX.encode() + rb"(?:\x1b?\[0m)?\s*$")
 RAY_REPEAT_TAIL = 320  # bytes: the count, the hint and the colour codes fit in them
+# CANN's own log prefix (the slog format of every CANN module): "[ERROR] HCCL(128258,python):2026-02-27-...",
+# "[ERROR] RUNTIME(27271,ker_DP7_EP7) :...": the level, the module, the process's pid and name. It stays in the
+# line's text (rules read it) and names the process; the same process prints its error manager's detail lines
+# ("EZ9999: Inner Error!", a reason) without it.
+CANN_PREFIX = re2.compile(r"^\[(?:ERROR|WARNING|INFO|EVENT|DEBUG|TRACE)\] [A-Z][A-Z_]*\((?P<pid>\d+),(?P<name>[^)\s]*)\) ?:")
 
 
 def is_ray_repeat(raw_line: bytes) -> bool:
@@ -966,8 +971,18 @@ def analyse(col: Collector, explained: set, g: Generic | None = None, weak: froz
         verdicts = _consequences_alone(evs, col, explained | weak, g) or (
             [] if explained or weak else _ends_in_frames(col, g) or _ends_in_error_line(col, g) or _stack_dump(col, g))
         seen = {v.kind: [v, 1] for v in verdicts}
-    verdicts.sort(key=lambda v: (v.cls.terminal or v.cls.after, v.event.key))
+    everyone = list(verdicts)   # the list being sorted reads empty meanwhile
+    verdicts.sort(key=lambda v: (v.cls.terminal or v.cls.after, _seen_from_peer(v, everyone, g), v.event.key))
     return [(v, seen[v.kind][1]) for v in verdicts][:limit]
+
+
+def _seen_from_peer(v: Verdict, verdicts: list, g: Generic) -> bool:
+    """What a process saw of a peer's end (a category of [peers] effects) while another process failed of
+    its own (one of [peers] causes): it ranks after that cause, as a rule's finding does."""
+    mine = v.event.line.process
+    return mine is not None and v.category in g.peer_effects and any(
+        x.category in g.peer_causes and not (x.cls.terminal or x.cls.after)
+        and x.event.line.process not in (None, mine) for x in verdicts)
 
 
 def _cut_frames(col: Collector, e: Event, cut: GClass) -> tuple[list, Member | None]:
@@ -1090,7 +1105,7 @@ def _detail_member(fam: GClass, g: Generic, err, lines: list) -> tuple[Member, o
     whose words name a kind of failure the error line's own words do not: (member, line)."""
     after = [a for a in lines if a.n > err.n][:DETAIL_LINES]
     for ln in after:
-        if ln.process != err.process:
+        if ln.process != err.process and not (ln.process is None and CANN_PREFIX.match(err.text)):
             break
         if WARNING_LINE.search(ln.text) or FRAME.search(ln.text) or _consequence(g, ln.text):
             continue
