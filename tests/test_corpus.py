@@ -21,9 +21,23 @@ ROWS = recorded()
 
 def test_corpus_meets_its_floor():
     failures = [r for r in ROWS.values() if r["kind"] == "failures"]
-    assert len([r for r in failures if r["part"] == "heldout"]) >= 30
+    assert len([r for r in failures if r["part"] == "heldout"]) >= 60  # issue 12's floor
     assert len([r for r in ROWS.values() if r["kind"] == "clean"]) >= 40
     assert {r["category"] for r in failures} <= set(CATEGORIES)
+
+
+def test_composition_counts_what_each_slice_lacks_of_a_third():
+    from bench.explain_accuracy import composition
+
+    rows = ([{"platform": "npu", "multinode": "yes"}] * 2 + [{"platform": "gpu", "multinode": "no"}] * 5
+            + [{"platform": "npu", "multinode": "no"}])
+    c = composition(rows, 3)
+    assert (c["failures"], c["npu"], c["multinode"], c["clean"]) == (8, 3, 2, 3)
+    assert c["npu_short"] == 0
+    # 2 of 8 multi-node: one more makes 3 of 9, a third
+    assert c["multinode_short"] == 1
+    rows += [{"platform": "gpu", "multinode": "no"}]  # 2 of 9: two more make 4 of 11, not 3 of 10
+    assert composition(rows, 3)["multinode_short"] == 2
 
 
 def test_every_log_is_recorded_in_the_part_its_thread_decides():
