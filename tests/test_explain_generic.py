@@ -691,6 +691,21 @@ def test_gloo_without_the_interface_it_was_told_is_network(tmp_path):
     assert layer_verdict(out) == ("generic-connection", "network")
 
 
+def test_a_grpc_server_whose_port_is_taken_is_network(tmp_path):
+    # what Ray's raylet and GCS print when another process holds their port: gRPC's core logs the
+    # bind failure, and grpcio raises after it
+    out = python_output("import socket\nfrom concurrent import futures\nimport grpc\n"
+                        "held = socket.socket()\nheld.bind(('0.0.0.0', 0))\nheld.listen()\n"
+                        "server = grpc.server(futures.ThreadPoolExecutor(max_workers=1), options=[('grpc.so_reuseport', 0)])\n"
+                        "server.add_insecure_port('0.0.0.0:%d' % held.getsockname()[1])\n", tmp_path)
+    assert "RuntimeError: Failed to bind to address" in out, out[-1500:]
+    assert layer_verdict(out) == ("generic-connection", "network")
+    core = [ln for ln in out.splitlines() if "No address added out of total" in ln]
+    assert core, out[-1500:]
+    # the core's line alone, as a raylet.err holds it with no Python around it
+    assert layer_verdict("\n".join(core) + "\n") == ("generic-connection", "network")
+
+
 def test_a_conversation_the_chat_template_rejects_is_data(tmp_path):
     out = python_output(
         "from transformers.utils.chat_template_utils import render_jinja_template\n"
