@@ -157,8 +157,11 @@ class Re2Prefilter:
             m = self.rx.search(data, pos, end)
             if m is None:
                 break
-            out.append(m.start())  # which pattern is left to the exact check: never "cheap"
-            nl = data.find(b"\n", m.start())
+            # the line the match ends on, as Hyperscan reports it: a pattern led by \s or a class that
+            # holds one ("(?:^|[\s:])Exception: ") can start on the previous line's newline
+            at = max(m.start(), m.end() - 1)
+            out.append(at)  # which pattern is left to the exact check: never "cheap"
+            nl = data.find(b"\n", at)
             pos = end if nl < 0 else nl + 1
         return [], out
 

@@ -432,6 +432,21 @@ def test_the_shipped_catalog_is_big_and_covers_every_category():
     assert all(r.phase for r in rules if r.id.startswith("memory-oom-"))
 
 
+def test_re2_prefilter_flags_the_line_a_match_ends_on(monkeypatch):
+    """A pattern led by a class that holds \\s can match from the previous line's newline: the
+    candidate is the line the match ends on (Hyperscan reports end offsets), not the one before."""
+    from matching.prefilter import Re2Prefilter
+    data = b"    raise Exception('no')\nException: Unable to connect to Redis.\nsrun: error: n1: task 0: Exited\n"
+    _, hits = Re2Prefilter([r"(?:^|[\s:\]])Exception: "]).candidates(memoryview(data))
+    assert [data.count(b"\n", 0, h) for h in hits] == [1]
+    # and the run finds the exception on it, whichever engine scans
+    monkeypatch.setenv("DOCTOR_PREFILTER", "re2")
+    slow = Matcher(catalog(), ex.terminal.generic())
+    assert type(slow.prefilter).__name__ == "Re2Prefilter"
+    top = explain_text(data, matcher=slow)[0]
+    assert (top.rule, [ln.n for ln in top.lines][-1:]) == ("generic-connection", [2])
+
+
 def test_prefilter_engines_agree_on_every_fixture(monkeypatch):
     """Hyperscan (when installed) and the RE2 alternation must find exactly the same causes."""
     pytest.importorskip("hyperscan")
