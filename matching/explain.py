@@ -283,6 +283,25 @@ def _may_capture(text: str) -> bool:
     return " | " in text[:72] or (text[3:4] == " " and text[:3] in _MONTHS)
 
 
+# A no-break space (U+00A0, UTF-8 C2 A0) where the program printed a space: what a log copied out of a
+# web page holds (an issue thread, a chat, a wiki), often in place of every space. A block holding one is
+# read with spaces, so that every pattern's spaces, `\s` and classes take it. Finding one costs a memchr
+# of C2 (rare in logs: Latin-1 signs; CJK text's UTF-8 has none), and a check of the byte after each.
+NBSP = "\u00a0".encode()
+_NBSP_LOOKS = 64   # C2 bytes checked one by one; after that, one search of the rest
+
+
+def has_nbsp(buf, end: int) -> bool:
+    at = buf.find(b"\xc2", 0, end)
+    for _ in range(_NBSP_LOOKS):
+        if at < 0:
+            return False
+        if at + 1 < end and buf[at + 1] == 0xA0:
+            return True
+        at = buf.find(b"\xc2", at + 1, end)
+    return at >= 0 and buf.find(NBSP, at, end) >= 0
+
+
 def clean_line(raw: bytes) -> Line:
     """Decode a raw log line and split off what the machinery around the program added."""
     text = raw.decode("utf-8", "replace").rstrip("\r\n")
@@ -581,6 +600,9 @@ class Scan:
         """Check the candidate lines of buf[:end]; return how many newlines it holds. Most are hit
         by cheap patterns only (error-like words): they cost no exact match, and no line count
         until the generic layer keeps one. `pre`: the helper's hits; `known`: _Numbers.totals."""
+        if has_nbsp(buf, end):  # read as spaces from here on; the helper's hits were for the raw bytes
+            buf = bytes(buf[:end]).replace(NBSP, b" ")
+            view, end, pre, known = memoryview(buf), len(buf), None, None
         cheap, other = pre or self.m.prefilter.candidates(view[:end])
         number = _Numbers(buf, line_base + 1, known)
         # the error-like lines: where they start, their bytes

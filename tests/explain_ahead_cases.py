@@ -136,6 +136,20 @@ def test_a_stalled_helper_leaves_the_reader_at_most_a_few_blocks_ahead(tmp_path,
     assert ahead_of_helper and 1 <= held[0] <= ah.AHEAD_LEAD
 
 
+def test_a_log_copied_from_a_web_page_reads_the_same_with_the_helper(tmp_path, monkeypatch, answered):
+    """Every space a no-break space: the reader reads a block with spaces and scans it again itself,
+    setting the helper's hits for the raw bytes aside; the report is the one it gives alone, and the
+    one the log with plain spaces gives."""
+    log = _log(tmp_path, ["memory-oom-log-prob.log", "ray-actor-died.log"])
+    pasted = tmp_path / "pasted.log"
+    pasted.write_bytes(log.read_bytes().replace(b" ", "\u00a0".encode()))
+    alone = _report([pasted], monkeypatch, alone=True)
+    assert _report([pasted], monkeypatch, alone=False) == alone and answered
+    plain = _report([log], monkeypatch, alone=True)
+    assert [(f["rule"], [ln["n"] for ln in f["lines"]]) for f in alone["findings"]] == \
+           [(f["rule"], [ln["n"] for ln in f["lines"]]) for f in plain["findings"]]
+
+
 def test_several_logs_and_one_without_a_failure(tmp_path, monkeypatch, answered):
     a = _log(tmp_path, ["ray-actor-died.log"])
     b = tmp_path / "quiet.log"
