@@ -98,6 +98,8 @@ _LAUNCHER = re.compile(
 # role and local rank; "[rank0]:" from 2.3's log_line_prefix_template default). It names the process, so that
 # the tracebacks of interleaved ranks stay apart.
 _RANK = re.compile(r"^\[(?:rank|default)(\d+)\]: ?")
+# A reply's quote markers: ">" and one space each, so that a quoted traceback keeps its own indentation.
+_QUOTE = re.compile(r"^(?:> ?)+")
 _RAY_REPEAT = re.compile(terminal.RAY_REPEAT_SUFFIX + r"\s*$")
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
@@ -309,6 +311,8 @@ def clean_line(raw: bytes) -> Line:
         text = _ANSI.sub("", text)
     elif "[0m" in text:
         text = _BARE_SGR.sub("", text)
+    if text[:1] == ">":  # quoted in a reply (Markdown, e-mail): "> " before each line, "> > " nested
+        text = _QUOTE.sub("", text, 1)
     node = process = None
     while text and (text[0].isalnum() or text[0] in "([ "):  # nested prefixes: the innermost Ray process, the first ip
         first = text[0]

@@ -1,6 +1,6 @@
 """A log as users bring it: copied out of a web page or quoted in a reply, not as the program wrote it.
 
-The first test takes every fixture (the lines a rule or a generic class was written from), changes it the
+Each test takes every fixture (the lines a rule or a generic class was written from), changes it the
 way a paste does, and asks for the same first finding, with either prefilter engine.
 """
 from __future__ import annotations
@@ -25,13 +25,18 @@ def _nbsp(data: bytes) -> bytes:
     return data.replace(b" ", NBSP)
 
 
+def _quoted(data: bytes) -> bytes:
+    """A reply that quotes the log: "> " before every line (Markdown, e-mail)."""
+    return b"\n".join(b"> " + ln for ln in data.split(b"\n"))
+
+
 def _matchers(monkeypatch):
     yield ex.default_matcher()
     monkeypatch.setenv("DOCTOR_PREFILTER", "re2")
     yield Matcher(catalog(), ex.terminal.generic())
 
 
-@pytest.mark.parametrize("paste", [_nbsp], ids=["nbsp"])
+@pytest.mark.parametrize("paste", [_nbsp, _quoted], ids=["nbsp", "quoted"])
 def test_every_fixture_keeps_its_first_finding_when_pasted(monkeypatch, paste):
     for matcher in _matchers(monkeypatch):
         changed = []
@@ -41,6 +46,21 @@ def test_every_fixture_keeps_its_first_finding_when_pasted(monkeypatch, paste):
             if _first(paste(data), matcher) != want:
                 changed.append(path.name)
         assert changed == [], (type(matcher.prefilter).__name__, changed[:10])
+
+
+def test_the_evidence_reads_with_plain_spaces():
+    log = "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n" \
+          "ModuleNotFoundError: No module named 'vllm_ascend'\n"
+    top = explain_text(_quoted(_nbsp(log.encode())))[0]
+    assert top.lines[-1].text == "ModuleNotFoundError: No module named 'vllm_ascend'"
+
+
+def test_a_quoted_traceback_keeps_its_own_indentation():
+    """Only "> " goes: the frames' two spaces and the source lines' four stay, so the traceback parses."""
+    log = (b"> Traceback (most recent call last):\n>   File \"/x/main.py\", line 9, in <module>\n"
+           b">     main()\n> > KeyError: 'prompt'\n")
+    top = explain_text(log)[0]
+    assert [ln.text for ln in top.lines] == ['  File "/x/main.py", line 9, in <module>', "KeyError: 'prompt'"]
 
 
 def test_a_no_break_space_is_found_past_other_latin1_signs_and_in_cjk_text():
