@@ -1,33 +1,25 @@
 """A log as users bring it: copied out of a web page or quoted in a reply, not as the program wrote it.
 
-Each test takes every fixture (the lines a rule or a generic class was written from), changes it the
-way a paste does, and asks for the same first finding, with either prefilter engine.
+The first test takes every fixture (the lines a rule or a generic class was written from), changes it
+the way a paste does (bench/explain_pasted.py's forms), and asks for the same first finding, with
+either prefilter engine.
 """
 from __future__ import annotations
 
 import pytest
 
+from bench.explain_pasted import FORMS
 from matching import explain as ex
 from matching.catalog import catalog
-from matching.explain import Matcher, explain_text, has_nbsp
+from matching.explain import NBSP, Matcher, explain_text, has_nbsp
 from tests.test_explain import FIX
 
-NBSP = "\u00a0".encode()
+_nbsp, _quoted = FORMS["nbsp"], FORMS["quoted"]
 
 
 def _first(data: bytes, matcher=None):
     found = explain_text(data, matcher=matcher)
     return (found[0].rule, [ln.n for ln in found[0].lines]) if found else None
-
-
-def _nbsp(data: bytes) -> bytes:
-    """A web page's copy: every space a no-break space (what an HTML &nbsp; pastes as)."""
-    return data.replace(b" ", NBSP)
-
-
-def _quoted(data: bytes) -> bytes:
-    """A reply that quotes the log: "> " before every line (Markdown, e-mail)."""
-    return b"\n".join(b"> " + ln for ln in data.split(b"\n"))
 
 
 def _matchers(monkeypatch):
